@@ -1,0 +1,51 @@
+"""Spark's own Kafka source, subscribed by an anchored topic regex."""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+
+
+def anchored(pattern: str) -> str:
+    """Anchor a topic regex at both ends, so ``sensor-.*`` never matches ``old-sensor-1-dlq``.
+
+    Raises ``re.error`` for a pattern that does not compile, before Spark sees it.
+    """
+    re.compile(pattern)
+    body = pattern
+    if body.startswith("^"):
+        body = body[1:]
+    if body.endswith("$") and not body.endswith("\\$"):
+        body = body[:-1]
+    return f"^(?:{body})$"
+
+
+def kafka_stream(
+    spark: SparkSession,
+    *,
+    bootstrap_servers: str,
+    topic_pattern: str,
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+    kafka_options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A streaming DataFrame of Kafka records (key, value, topic, partition, offset, timestamp).
+
+    ``failOnDataLoss`` stays true: a deleted or compacted-away offset is a loss of integrity.
+    ``kafka_options`` are passed through as ``kafka.<name>`` (SASL/SSL settings, for instance).
+    """
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribePattern", anchored(topic_pattern))
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", "true")
+        .option("includeHeaders", "false")
+    )
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    for key, value in (kafka_options or {}).items():
+        reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
+    return reader.load()
