@@ -81,10 +81,10 @@ def build_spark(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
+    if master is None and not _launched_by_spark_submit():
+        master = "local[*]"
     if master:
         builder = builder.master(master)
-    elif not _launched_by_spark_submit():
-        builder = builder.master("local[*]")
 
     settings: dict[str, str] = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -99,7 +99,7 @@ def build_spark(
         # A scheduled job logs; progress bars belong to the CLI's own progress display.
         "spark.ui.showConsoleProgress": "false",
     }
-    if not master or master.startswith("local"):
+    if master and master.startswith("local"):
         # Local mode binds to loopback: no stray interface, nothing reachable from outside.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings["spark.driver.host"] = "127.0.0.1"

@@ -1,0 +1,67 @@
+# Two commands do the whole set-up on a fresh machine: `make demo` and `make test`.
+# Everything (the venv, the JVM jars, the local Kafka and S3) is installed on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+STACK  := $(VPY) -m reconstructor.localstack
+PYTEST_ARGS ?=
+
+export PYSPARK_PYTHON := $(abspath $(VPY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
+
+.PHONY: help venv jars up down status test test-unit test-integration test-slow demo wheel clean
+
+help:
+	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
+	@echo "make test              install what is missing, start Kafka + S3, run the tests, stop them"
+	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
+	@echo "make test-slow         the slow suites (crash trials), with the stack"
+	@echo "make up | down | status  the local Kafka broker (127.0.0.1:9092) and S3 endpoint (:9000)"
+	@echo "make jars              resolve the JVM jars from Maven Central into .jars/"
+	@echo "make wheel             build the wheel into dist/"
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11+"; exit 2; }
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV) || { echo "error: could not create $(VENV) (apt-get install python3-venv)"; exit 2; }
+	@$(VPY) -m pip install -q --upgrade pip
+	@$(VPY) -m pip install -q -e '.[dev]' || { echo "error: pip could not install the project's dependencies (see above)"; exit 2; }
+	@touch $@
+
+venv: $(VENV)/.installed
+
+jars: venv
+	@$(STACK) jars
+
+up: jars
+	@$(STACK) up
+
+down:
+	@if [ -x $(VPY) ]; then $(STACK) down; fi
+
+status: venv
+	@$(STACK) status
+
+test: jars
+	@$(STACK) up
+	@rc=0; $(VPY) -m pytest -m "not slow" $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+
+test-unit: venv
+	@$(VPY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: jars
+	@$(STACK) up
+	@rc=0; $(VPY) -m pytest -m "integration and not slow" $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+
+test-slow: jars
+	@$(STACK) up
+	@rc=0; $(VPY) -m pytest -m slow $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+
+demo: up
+	@$(VPY) -m reconstructor.smoke
+
+wheel: venv
+	@$(VPY) -m pip wheel -q --no-deps -w dist .
+
+clean: down
+	rm -rf .stack dist build *.egg-info

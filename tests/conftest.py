@@ -1,0 +1,48 @@
+"""Shared fixtures: the local stack (real Kafka broker and S3 endpoint) and one SparkSession.
+
+Integration tests start the stack idempotently, so plain ``pytest`` works after ``make up`` or on
+its own; ``make test`` stops the servers afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """The local Kafka broker and S3 endpoint, started if they are not running."""
+    from reconstructor import localstack
+
+    try:
+        localstack.up()
+    except localstack.StackError as exc:
+        pytest.fail(f"local stack: {exc}")
+    return localstack
+
+
+@pytest.fixture(scope="session")
+def spark(stack):
+    from reconstructor.smoke import local_s3
+    from reconstructor.spark.session import build_spark
+
+    session = build_spark(
+        "reconstructor-tests",
+        s3=local_s3(),
+        shuffle_partitions=4,
+        conf={"spark.ui.enabled": "false", "spark.driver.memory": "3g"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def run_id() -> str:
+    return uuid.uuid4().hex[:10]
