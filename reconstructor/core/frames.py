@@ -1,0 +1,50 @@
+"""Column names of the core's input and output frames, and one canonical dtype per column type.
+
+The Spark layer hands the core flat pandas frames (one row per message row, see ``INPUT``), and
+takes back flat frames of row changes (``CHANGE``).  Canonical dtypes keep frames from different
+sources (Arrow from Spark, the state blob, tests) concatenable without object-dtype drift.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from reconstructor.schema import RowSchema
+
+# One row per row of a message; a message without rows (an `end`, an empty snapshot) has one row
+# with a null row_pos.  `error` is the parse failure of the record, null when it parsed.
+INPUT = ("partition", "offset", "kafka_ts", "key", "session", "seq", "type", "event_ts",
+         "row_pos", "row_id", "op", "error")
+
+# One row per applied row change.
+CHANGE = ("partition", "offset", "seq", "type", "row_id", "op", "event_ts", "kafka_ts")
+
+MESSAGE_TYPES = ("snapshot", "update", "end")
+OPS = ("upsert", "delete")
+
+
+def _to_naive_utc(series: pd.Series) -> pd.Series:
+    values = pd.to_datetime(series, utc=True)
+    return values.dt.tz_convert("UTC").dt.tz_localize(None)
+
+
+def coerce_columns(frame: pd.DataFrame, schema: RowSchema) -> pd.DataFrame:
+    """Cast the schema's columns of ``frame`` to the canonical pandas dtypes, in place of a copy."""
+    out = {}
+    for col in schema.columns:
+        s = frame[col.name]
+        if col.type == "double":
+            out[col.name] = s.astype("float64")
+        elif col.type == "long":
+            out[col.name] = s.astype("Int64") if s.dtype != "Int64" else s
+        elif col.type == "boolean":
+            out[col.name] = s.astype("boolean") if s.dtype != "boolean" else s
+        elif col.type == "timestamp":
+            out[col.name] = _to_naive_utc(s)
+        else:
+            out[col.name] = s.astype(object).where(s.notna(), None)
+    return frame.assign(**out) if out else frame
+
+
+def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = ("kafka_ts", "event_ts")) -> pd.DataFrame:
+    return frame.assign(**{n: _to_naive_utc(frame[n]) for n in names if n in frame.columns})

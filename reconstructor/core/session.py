@@ -1,0 +1,284 @@
+"""One session's reconstruction step: order a micro-batch's messages, check them, apply them.
+
+``process_batch`` is what the Spark state function calls for a ``(topic, session)`` group.  It is
+plain pandas/numpy: the group's frames are gathered and sorted by ``seq``; continuity is checked
+against the state carried from earlier micro-batches; the valid messages are applied to the
+session table with vectorised set operations (never a Python loop per row).  The first violation
+is returned, not applied: the caller fails the query on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from reconstructor.core.frames import CHANGE, coerce_columns, coerce_times
+from reconstructor.core.violations import IntegrityViolation, ViolationKind
+from reconstructor.schema import RowSchema
+
+OPEN, ENDED, TIMED_OUT = "open", "ended", "timed_out"
+
+
+@dataclass
+class SessionState:
+    """What is carried between micro-batches for one session (the blob holds ``table``)."""
+
+    partition: int
+    status: str
+    first_seq: int
+    last_seq: int
+    last_offset: int
+    snapshot_seq: int
+    snapshot_offset: int
+    started_ts: pd.Timestamp | None
+    last_event_ts: pd.Timestamp | None
+    table: pd.DataFrame = field(repr=False)
+
+    @property
+    def row_count(self) -> int:
+        return len(self.table)
+
+
+@dataclass
+class BatchResult:
+    changes: pd.DataFrame
+    state: SessionState | None
+    violation: IntegrityViolation | None = None
+    skipped: int = 0  # messages skipped while awaiting a snapshot
+
+
+def empty_changes(schema: RowSchema) -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in CHANGE})
+    for col in schema.columns:
+        frame[col.name] = pd.Series(dtype=object)
+    frame = coerce_columns(frame, schema)
+    return frame.astype({"partition": "int64", "offset": "int64", "seq": "int64"})
+
+
+def process_batch(
+    topic: str,
+    session: str,
+    frames,
+    state: SessionState | None,
+    schema: RowSchema,
+    *,
+    await_snapshot: bool = False,
+) -> BatchResult:
+    """Check and apply one micro-batch of one session. Never raises for bad input: returns it."""
+    df = pd.concat(list(frames), ignore_index=True) if not isinstance(frames, pd.DataFrame) else frames
+    if df.empty:
+        return BatchResult(empty_changes(schema), state)
+
+    def violation(kind, row, expected, detail):
+        found = row["seq"]
+        return IntegrityViolation(
+            kind, topic, _int(row["partition"]), _int(row["offset"]), session, _int(expected),
+            _int(found), detail)
+
+    # 1. Records that did not parse, or whose key is not their session: the lowest offset first.
+    key_mismatch = df["key"].ne(df["session"]) | df["key"].isna()
+    bad = df["error"].notna() | key_mismatch
+    if bad.any():
+        row = df[bad].sort_values(["partition", "offset"]).iloc[0]
+        if pd.notna(row["error"]):
+            detail = str(row["error"])
+        else:
+            detail = f"Kafka key {row['key']!r} is not the session {row['session']!r}"
+        return _fail(schema, state, violation(ViolationKind.MALFORMED, row, _next(state), detail))
+
+    # 2. One row per message, in seq order.
+    msgs = (df.drop_duplicates(["partition", "offset"])
+              .sort_values(["seq", "partition", "offset"], kind="stable")
+              .reset_index(drop=True))
+    skipped = 0
+    if state is not None and state.status == ENDED:
+        row = msgs.iloc[0]
+        return _fail(schema, state, violation(
+            ViolationKind.AFTER_END, row, None,
+            f"session ended at seq {state.last_seq}; no message may follow its end"))
+    if state is None:
+        is_snap = msgs["type"].eq("snapshot").to_numpy()
+        if not is_snap[0]:
+            if not await_snapshot:
+                row = msgs.iloc[0]
+                return _fail(schema, state, violation(
+                    ViolationKind.NO_SNAPSHOT, row, None,
+                    f"a session's first message must be a snapshot, got {row['type']!r}"))
+            first_snap = int(np.argmax(is_snap)) if is_snap.any() else len(msgs)
+            skipped = first_snap
+            msgs = msgs.iloc[first_snap:].reset_index(drop=True)
+            if msgs.empty:
+                return BatchResult(empty_changes(schema), None, skipped=skipped)
+        ref_partition = int(msgs["partition"].iloc[0])
+        expected0 = int(msgs["seq"].iloc[0])
+    else:
+        ref_partition = state.partition
+        expected0 = state.last_seq + 1
+
+    # 3. Continuity, partition and end checks, each as "first bad index" over the ordered messages.
+    n = len(msgs)
+    seqs = msgs["seq"].to_numpy(dtype=np.int64)
+    expected = expected0 + np.arange(n, dtype=np.int64)
+    candidates = []
+    bad_seq = np.flatnonzero(seqs != expected)
+    if bad_seq.size:
+        candidates.append(int(bad_seq[0]))
+    bad_part = np.flatnonzero(msgs["partition"].to_numpy() != ref_partition)
+    if bad_part.size:
+        candidates.append(int(bad_part[0]))
+    ends = np.flatnonzero(msgs["type"].to_numpy() == "end")
+    if ends.size and ends[0] + 1 < n:
+        candidates.append(int(ends[0]) + 1)
+    cut = min(candidates) if candidates else n
+
+    # 4. Apply the valid prefix; a delete of an unknown row inside it comes first.
+    valid = msgs.iloc[:cut]
+    keys = pd.MultiIndex.from_frame(df[["partition", "offset"]])
+    rows = df[keys.isin(pd.MultiIndex.from_frame(valid[["partition", "offset"]]))]
+    table = state.table if state is not None else schema.empty_frame()
+    applied = _apply(valid, rows, table, schema, state)
+    if isinstance(applied, tuple) and isinstance(applied[0], IntegrityViolation):
+        bad_row, detail = applied[0], applied[1]
+        return _fail(schema, state, replace(bad_row, topic=topic, session=session, detail=detail))
+    changes, table = applied
+    if cut < n:
+        row = msgs.iloc[cut]
+        exp = int(expected[cut])
+        if ends.size and cut == ends[0] + 1:
+            kind, detail = ViolationKind.AFTER_END, f"session ended at seq {int(seqs[ends[0]])}"
+        elif row["partition"] != ref_partition:
+            kind = ViolationKind.PARTITION_MOVED
+            detail = (f"session was on {topic}[{ref_partition}] and shows up on "
+                      f"{topic}[{int(row['partition'])}]")
+        elif seqs[cut] < exp:
+            kind = ViolationKind.DUPLICATE
+            detail = f"seq {int(seqs[cut])} was already seen (last applied seq {exp - 1})"
+        else:
+            kind = ViolationKind.GAP
+            detail = f"missing seq {exp}..{int(seqs[cut]) - 1}"
+        return _fail(schema, state, violation(kind, row, exp, detail))
+
+    last = valid.iloc[-1]
+    snaps = valid[valid["type"].eq("snapshot")]
+    new_state = SessionState(
+        partition=ref_partition,
+        status=ENDED if ends.size else OPEN,
+        first_seq=state.first_seq if state is not None else int(valid["seq"].iloc[0]),
+        last_seq=int(last["seq"]),
+        last_offset=int(last["offset"]),
+        snapshot_seq=int(snaps["seq"].iloc[-1]) if len(snaps) else state.snapshot_seq,
+        snapshot_offset=int(snaps["offset"].iloc[-1]) if len(snaps) else state.snapshot_offset,
+        started_ts=state.started_ts if state is not None else _ts(valid["event_ts"].iloc[0]),
+        last_event_ts=_ts(last["event_ts"]),
+        table=table,
+    )
+    return BatchResult(changes, new_state, skipped=skipped)
+
+
+def _apply(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: RowSchema,
+           state: SessionState | None):
+    """Apply ordered, continuous messages to ``table``; return (changes, table) or a violation."""
+    names = schema.names
+    rows = rows[rows["row_pos"].notna()]
+    rows = coerce_times(coerce_columns(rows, schema))
+    rows = rows.sort_values(["seq", "row_pos"], kind="stable")
+    segment_of_seq = pd.Series(msgs["type"].eq("snapshot").cumsum().to_numpy(), index=msgs["seq"].to_numpy())
+    row_segment = rows["seq"].map(segment_of_seq).to_numpy()
+    pieces = []
+    for seg in np.unique(segment_of_seq.to_numpy()):
+        seg_msgs = msgs[segment_of_seq.to_numpy() == seg]
+        seg_rows = rows[row_segment == seg]
+        head = seg_msgs.iloc[0]
+        if head["type"] == "snapshot":
+            snap_rows = seg_rows[seg_rows["seq"] == head["seq"]]
+            problem = _snapshot_problem(snap_rows)
+            if problem is not None:
+                return (_row_violation(ViolationKind.MALFORMED, head), problem)
+            new_ids = pd.Index(snap_rows["row_id"])
+            dropped = table.index.difference(new_ids).sort_values()
+            if len(dropped):
+                gone = pd.DataFrame({"row_id": np.asarray(dropped, dtype=object)})
+                gone = _stamp(gone, head, "delete")
+                for col in names:
+                    gone[col] = pd.Series([None] * len(gone), dtype=table[col].dtype)
+                pieces.append(gone)
+            pieces.append(snap_rows)
+            table = snap_rows.set_index("row_id")[names]
+            seg_rows = seg_rows[seg_rows["seq"] != head["seq"]]
+        if len(seg_rows):
+            result = _apply_updates(seg_rows, table, names)
+            if isinstance(result, tuple) and isinstance(result[0], IntegrityViolation):
+                return result
+            table = result
+            pieces.append(seg_rows)
+    if not pieces:
+        return empty_changes(schema), table
+    changes = pd.concat([p[list(CHANGE) + names] for p in pieces], ignore_index=True)
+    changes = coerce_columns(changes, schema)
+    return changes.astype({"partition": "int64", "offset": "int64", "seq": "int64"}), table
+
+
+def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame, names: list[str]):
+    """Upserts and deletes of one run of update messages, in (seq, row_pos) order, vectorised.
+
+    A delete is valid when the row exists just before it: the previous op on that row in the run
+    is an upsert, or there is none and the row is in the table.
+    """
+    ids = ops["row_id"]
+    is_delete = ops["op"].eq("delete").to_numpy()
+    if is_delete.any():
+        prev_op = ops.groupby("row_id", sort=False)["op"].shift()
+        existed = prev_op.eq("upsert").to_numpy() | (prev_op.isna().to_numpy() & ids.isin(table.index).to_numpy())
+        unknown = np.flatnonzero(is_delete & ~existed)
+        if unknown.size:
+            bad = ops.iloc[int(unknown[0])]
+            return (_row_violation(ViolationKind.UNKNOWN_ROW, bad),
+                    f"delete of row {bad['row_id']!r}, which is not in the session's table")
+    final = ops.drop_duplicates("row_id", keep="last")
+    keep = table[~table.index.isin(final["row_id"])]
+    upserts = final[final["op"].ne("delete")].set_index("row_id")[names]
+    if keep.empty:
+        return upserts
+    if upserts.empty:
+        return keep
+    return pd.concat([keep, upserts])
+
+
+def _snapshot_problem(snap_rows: pd.DataFrame) -> str | None:
+    if snap_rows["op"].eq("delete").any():
+        rid = snap_rows.loc[snap_rows["op"].eq("delete"), "row_id"].iloc[0]
+        return f"a snapshot carries whole rows, not deletes (row {rid!r})"
+    dup = snap_rows["row_id"].duplicated()
+    if dup.any():
+        return f"row {snap_rows.loc[dup, 'row_id'].iloc[0]!r} appears twice in one snapshot"
+    return None
+
+
+def _stamp(frame: pd.DataFrame, msg: pd.Series, op: str) -> pd.DataFrame:
+    for col in ("partition", "offset", "seq", "type", "event_ts", "kafka_ts"):
+        frame[col] = msg[col]
+    frame["op"] = op
+    return frame
+
+
+def _row_violation(kind: ViolationKind, row: pd.Series) -> IntegrityViolation:
+    return IntegrityViolation(kind, None, _int(row["partition"]), _int(row["offset"]), None,
+                              _int(row["seq"]), _int(row["seq"]))
+
+
+def _fail(schema: RowSchema, state, v: IntegrityViolation) -> BatchResult:
+    return BatchResult(empty_changes(schema), state, violation=v)
+
+
+def _next(state: SessionState | None) -> int | None:
+    return None if state is None else state.last_seq + 1
+
+
+def _int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def _ts(value) -> pd.Timestamp | None:
+    return None if value is None or pd.isna(value) else pd.Timestamp(value)

@@ -1,0 +1,124 @@
+"""The row schema: one JSON file under ``schemas/`` is the column list for the whole pipeline.
+
+The same ``RowSchema`` gives the Arrow schema of the state blob, the pandas dtypes of the core, the
+Spark types for parsing and the Delta column types, so the four can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import pyarrow as pa
+
+#: Column types a row schema may use, and the JSON value types each accepts.
+TYPES = ("string", "double", "long", "boolean", "timestamp")
+
+_ARROW = {
+    "string": pa.string(),
+    "double": pa.float64(),
+    "long": pa.int64(),
+    "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+_SPARK_DDL = {
+    "string": "STRING",
+    "double": "DOUBLE",
+    "long": "BIGINT",
+    "boolean": "BOOLEAN",
+    "timestamp": "TIMESTAMP",
+}
+
+#: Column names the pipeline itself uses in its tables; a row column may not shadow them.
+RESERVED = frozenset({
+    "topic", "partition", "offset", "session", "seq", "type", "row_id", "op", "event_ts",
+    "kafka_ts", "hour", "updated_at",
+})
+
+DEFAULT_SCHEMA = "demo_sensor"
+
+
+class SchemaError(ValueError):
+    """A row schema file that cannot be used, with the file named."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return _ARROW[self.type]
+
+    @property
+    def spark_ddl(self) -> str:
+        return _SPARK_DDL[self.type]
+
+
+@dataclass(frozen=True)
+class RowSchema:
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def arrow_schema(self) -> pa.Schema:
+        """Arrow schema of a session table: ``row_id`` then the typed columns, all nullable."""
+        return pa.schema([pa.field("row_id", pa.string(), nullable=False)]
+                         + [pa.field(c.name, c.arrow_type) for c in self.columns])
+
+    def spark_ddl(self) -> str:
+        return ", ".join(f"`{c.name}` {c.spark_ddl}" for c in self.columns)
+
+    def empty_frame(self):
+        """An empty session table (pandas, indexed by row_id) with the schema's dtypes."""
+        return self.arrow_schema().empty_table().to_pandas().set_index("row_id")
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<dict>") -> "RowSchema":
+        if not isinstance(data, dict) or not isinstance(data.get("columns"), list):
+            raise SchemaError(f"{source}: a row schema is an object with a 'columns' list")
+        cols = []
+        seen = set()
+        for i, col in enumerate(data["columns"]):
+            if not isinstance(col, dict) or not isinstance(col.get("name"), str):
+                raise SchemaError(f"{source}: column {i} needs a 'name'")
+            name, typ = col["name"], col.get("type")
+            if typ not in TYPES:
+                raise SchemaError(f"{source}: column {name!r} has type {typ!r}; use one of {', '.join(TYPES)}")
+            if name in RESERVED:
+                raise SchemaError(f"{source}: column name {name!r} is reserved by the pipeline")
+            if not name.isidentifier():
+                raise SchemaError(f"{source}: column name {name!r} must be a plain identifier")
+            if name in seen:
+                raise SchemaError(f"{source}: column {name!r} appears twice")
+            seen.add(name)
+            cols.append(Column(name, typ))
+        if not cols:
+            raise SchemaError(f"{source}: a row schema needs at least one column")
+        return cls(str(data.get("name", Path(source).stem)), tuple(cols))
+
+    @classmethod
+    def load(cls, path_or_name: str | Path | None = None) -> "RowSchema":
+        """Load a row schema from a file path, or by name from the bundled ``schemas/``."""
+        ref = str(path_or_name or DEFAULT_SCHEMA)
+        path = Path(ref)
+        if path.exists():
+            text, source = path.read_text(), str(path)
+        else:
+            name = ref if ref.endswith(".json") else f"{ref}.json"
+            bundled = resources.files("reconstructor.schemas").joinpath(name)
+            if not bundled.is_file():
+                raise SchemaError(f"row schema {ref!r}: no such file, and no bundled schema of that name")
+            text, source = bundled.read_text(), f"schemas/{name}"
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"{source}: not valid JSON ({exc})") from None
+        return cls.from_dict(data, source)

@@ -1,0 +1,154 @@
+"""A deliberately simple reference model of the contract, and builders of the core's input frames.
+
+The model replays one message at a time into a dict; it knows nothing of pandas, vectorisation or
+batches.  The core must agree with it on every table and on the first violation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from reconstructor.core.frames import INPUT
+from reconstructor.schema import RowSchema
+
+SCHEMA = RowSchema.load("demo_sensor")
+BASE_TS = dt.datetime(2026, 11, 21, 10, 0, 0)
+
+
+@dataclass
+class Msg:
+    """One Kafka record as the Spark layer hands it to the core (already parsed)."""
+
+    seq: int
+    type: str
+    rows: list[dict] = field(default_factory=list)  # {"id", "op", "values"}
+    partition: int = 0
+    offset: int = 0
+    session: str = "s1"
+    key: str | None = None
+    error: str | None = None
+
+    @property
+    def event_ts(self) -> dt.datetime:
+        return BASE_TS + dt.timedelta(seconds=self.seq)
+
+
+def to_frame(msgs: list[Msg], schema: RowSchema = SCHEMA) -> pd.DataFrame:
+    """The flat input frame: one row per message row, one null-row_pos row for a rowless message."""
+    records = []
+    for m in msgs:
+        base = {
+            "partition": m.partition, "offset": m.offset,
+            "kafka_ts": BASE_TS + dt.timedelta(milliseconds=m.offset),
+            "key": m.session if m.key is None else m.key, "session": m.session, "seq": m.seq,
+            "type": m.type, "event_ts": m.event_ts, "error": m.error,
+        }
+        if not m.rows:
+            records.append({**base, "row_pos": None, "row_id": None, "op": None})
+        for pos, r in enumerate(m.rows):
+            values = r.get("values") or {}
+            records.append({**base, "row_pos": pos, "row_id": r["id"], "op": r.get("op", "upsert"),
+                            **{c: values.get(c) for c in schema.names}})
+    frame = pd.DataFrame.from_records(records, columns=list(INPUT) + schema.names)
+    return frame
+
+
+class ModelViolation(Exception):
+    def __init__(self, kind: str, seq, offset):
+        super().__init__(kind)
+        self.kind, self.seq, self.offset = kind, seq, offset
+
+
+@dataclass
+class Model:
+    """Dict replay of one session."""
+
+    table: dict | None = None
+    last_seq: int | None = None
+    partition: int | None = None
+    ended: bool = False
+    changes: list[tuple] = field(default_factory=list)  # (seq, row_id, op, values)
+
+    def apply_batch(self, batch: list[Msg]) -> None:
+        bad = [m for m in batch if m.error is not None or (m.key is not None and m.key != m.session)]
+        if bad:
+            first = min(bad, key=lambda m: (m.partition, m.offset))
+            raise ModelViolation("MALFORMED", first.seq, first.offset)
+        for m in sorted(batch, key=lambda m: (m.seq, m.partition, m.offset)):
+            self.apply(m)
+
+    def apply(self, m: Msg) -> None:
+        if self.ended:
+            raise ModelViolation("AFTER_END", m.seq, m.offset)
+        if self.table is None:
+            if m.type != "snapshot":
+                raise ModelViolation("NO_SNAPSHOT", m.seq, m.offset)
+            self.partition = m.partition
+        else:
+            if m.partition != self.partition:
+                raise ModelViolation("PARTITION_MOVED", m.seq, m.offset)
+            if m.seq <= self.last_seq:
+                raise ModelViolation("DUPLICATE", m.seq, m.offset)
+            if m.seq > self.last_seq + 1:
+                raise ModelViolation("GAP", m.seq, m.offset)
+        if m.type == "snapshot":
+            new = {}
+            for r in m.rows:
+                if r.get("op", "upsert") == "delete" or r["id"] in new:
+                    raise ModelViolation("MALFORMED", m.seq, m.offset)
+                new[r["id"]] = full(r.get("values"))
+            for rid in sorted(self.table or {}):
+                if rid not in new:
+                    self.changes.append((m.seq, rid, "delete", full(None)))
+            for r in m.rows:
+                self.changes.append((m.seq, r["id"], "upsert", new[r["id"]]))
+            self.table = new
+        elif m.type == "update":
+            for r in m.rows:
+                if r.get("op", "upsert") == "delete":
+                    if r["id"] not in self.table:
+                        raise ModelViolation("UNKNOWN_ROW", m.seq, m.offset)
+                    del self.table[r["id"]]
+                    self.changes.append((m.seq, r["id"], "delete", full(None)))
+                else:
+                    self.table[r["id"]] = full(r.get("values"))
+                    self.changes.append((m.seq, r["id"], "upsert", self.table[r["id"]]))
+        else:
+            self.ended = True
+        self.last_seq = m.seq
+
+
+def full(values: dict | None) -> dict:
+    values = values or {}
+    return {c: values.get(c) for c in SCHEMA.names}
+
+
+def table_as_dict(table: pd.DataFrame) -> dict:
+    """A core session table as {row_id: {column: python value or None}}."""
+    out = {}
+    for rid, row in table.iterrows():
+        out[rid] = {c: _py(row[c]) for c in SCHEMA.names}
+    return out
+
+
+def _py(value):
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime().replace(tzinfo=None)
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def normalise_values(values: dict) -> dict:
+    out = {}
+    for c in SCHEMA.names:
+        v = values.get(c)
+        if isinstance(v, dt.datetime) and v.tzinfo is not None:
+            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        out[c] = v
+    return out

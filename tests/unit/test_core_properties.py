@@ -1,0 +1,210 @@
+"""Property tests of the pure core against the dict-replay reference model (no Spark)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconstructor.core import ViolationKind
+from reconstructor.core.blob import dump_table, load_table
+from reconstructor.core.session import SessionState, process_batch
+from tests.support.model import (SCHEMA, Model, ModelViolation, Msg, normalise_values,
+                                 table_as_dict, to_frame)
+from tests.support.strategies import batches_of, valid_session
+
+PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def run_core(batches: list[list[Msg]], split: list[int] | None = None, through_blob: bool = True):
+    """Feed batches to the core like the Spark layer does: shuffled, in several frames, with the
+    state round-tripped through its Arrow blob between batches. Returns (state, changes, violation)."""
+    state = None
+    changes = []
+    for i, batch in enumerate(batches):
+        frame = to_frame(batch)
+        parts = (split or [1])[i % len(split or [1])]
+        frames = np.array_split(frame.sample(frac=1, random_state=i), max(1, parts))
+        result = process_batch("sensor-1", "s1", frames, state, SCHEMA)
+        if result.violation is not None:
+            return state, changes, result.violation
+        changes.append(result.changes)
+        state = result.state
+        if through_blob and state is not None:
+            state.table = load_table(dump_table(state.table, SCHEMA), SCHEMA)
+    return state, changes, None
+
+
+def run_model(batches: list[list[Msg]]):
+    model = Model()
+    try:
+        for b in batches:
+            snapshot = copy.deepcopy(model)
+            model.apply_batch(b)
+    except ModelViolation as v:
+        return snapshot, v
+    return model, None
+
+
+def replay_changes(changes: list[pd.DataFrame]) -> dict:
+    table: dict = {}
+    if not changes:
+        return table
+    log = pd.concat(changes, ignore_index=True)
+    for _, ch in log.iterrows():
+        if ch["op"] == "delete":
+            table.pop(ch["row_id"], None)
+        else:
+            table[ch["row_id"]] = table_as_dict(pd.DataFrame([ch]).set_index("row_id"))[ch["row_id"]]
+    return table
+
+
+def model_table(model: Model) -> dict:
+    return {rid: normalise_values(v) for rid, v in (model.table or {}).items()}
+
+
+@PROFILE
+@given(data=st.data(), split=st.lists(st.integers(1, 4), min_size=1, max_size=3))
+def test_valid_sessions_reconstruct_exactly_as_the_model(data, split):
+    msgs = data.draw(valid_session())
+    batches = data.draw(batches_of(msgs))
+    state, changes, violation = run_core(batches, split)
+    model, expected_violation = run_model(batches)
+
+    assert expected_violation is None
+    assert violation is None, str(violation)
+    assert table_as_dict(state.table) == model_table(model)
+    assert state.last_seq == msgs[-1].seq
+    assert state.status == ("ended" if msgs[-1].type == "end" else "open")
+    # row_changes replayed in seq order rebuild the table, and match the model's change log.
+    assert replay_changes(changes) == model_table(model)
+    log = pd.concat(changes, ignore_index=True)
+    assert len(log) == len(model.changes)
+    assert list(zip(log["seq"], log["row_id"], log["op"])) == [(s, r, o) for s, r, o, _ in model.changes]
+
+
+FAULTS = ["gap", "duplicate", "reorder_across_batches", "update_first", "partition_move",
+          "after_end", "unknown_row", "malformed", "key_mismatch"]
+
+
+@st.composite
+def faulty(draw):
+    """A valid session with one injected fault, cut into batches; and the kind the model expects."""
+    msgs = draw(valid_session(max_messages=15))
+    msgs = [m for m in msgs if m.type != "end"]
+    fault = draw(st.sampled_from(FAULTS))
+    last = msgs[-1]
+    nxt = last.seq + 1
+    if fault == "gap":
+        msgs.append(Msg(seq=nxt + draw(st.integers(1, 5)), type="update", offset=last.offset + 1))
+    elif fault == "duplicate":
+        victim = draw(st.sampled_from(msgs))
+        msgs.append(Msg(seq=victim.seq, type="update", offset=last.offset + 1))
+    elif fault == "reorder_across_batches":
+        msgs.append(Msg(seq=nxt, type="update", offset=last.offset + 1))
+        msgs.append(Msg(seq=nxt + 1, type="update", offset=last.offset + 2))
+        batches = draw(batches_of(msgs[:-2]))
+        return batches + [[msgs[-1]], [msgs[-2]]], "GAP"
+    elif fault == "update_first":
+        msgs = [Msg(seq=msgs[0].seq - 1, type="update", offset=msgs[0].offset - 1,
+                    rows=[{"id": "r1", "values": {}}])] + msgs
+    elif fault == "partition_move":
+        msgs.append(Msg(seq=nxt, type="update", partition=1, offset=5))
+    elif fault == "after_end":
+        msgs.append(Msg(seq=nxt, type="end", offset=last.offset + 1))
+        msgs.append(Msg(seq=nxt + 1, type="update", offset=last.offset + 2))
+    elif fault == "unknown_row":
+        msgs.append(Msg(seq=nxt, type="update", offset=last.offset + 1,
+                        rows=[{"id": "never-seen", "op": "delete"}]))
+    elif fault == "malformed":
+        msgs.append(Msg(seq=nxt, type="update", offset=last.offset + 1,
+                        error="column 'temperature' expects double, got STRING \"hot\""))
+    elif fault == "key_mismatch":
+        msgs.append(Msg(seq=nxt, type="update", offset=last.offset + 1, key="someone-else"))
+    batches = draw(batches_of(msgs))
+    expected = {"gap": "GAP", "duplicate": "DUPLICATE", "update_first": "NO_SNAPSHOT",
+                "partition_move": "PARTITION_MOVED", "after_end": "AFTER_END",
+                "unknown_row": "UNKNOWN_ROW", "malformed": "MALFORMED",
+                "key_mismatch": "MALFORMED"}[fault]
+    return batches, expected
+
+
+@PROFILE
+@given(case=faulty(), split=st.lists(st.integers(1, 3), min_size=1, max_size=2))
+def test_every_injected_fault_raises_its_kind_with_the_records_coordinates(case, split):
+    batches, expected_kind = case
+    _, _, violation = run_core(batches, split)
+    model, model_violation = run_model(batches)
+
+    assert model_violation is not None and model_violation.kind == expected_kind
+    assert violation is not None, "the core accepted a faulty stream"
+    assert violation.kind == ViolationKind(expected_kind)
+    assert violation.offset == model_violation.offset
+    assert violation.found_seq == model_violation.seq
+    assert violation.topic == "sensor-1" and violation.session == "s1"
+    text = str(violation)
+    assert text.startswith(f"INTEGRITY VIOLATION {expected_kind} topic=sensor-1 partition=")
+    assert f"offset={model_violation.offset}" in text and "session=s1" in text
+
+
+def test_gap_message_names_expected_and_found_seq():
+    batches = [[Msg(0, "snapshot", offset=10)], [Msg(1, "update", offset=11), Msg(4, "update", offset=14)]]
+    _, _, v = run_core(batches)
+    assert str(v).startswith(
+        "INTEGRITY VIOLATION GAP topic=sensor-1 partition=0 offset=14 session=s1 expected_seq=2 found_seq=4")
+
+
+def test_await_snapshot_skips_updates_until_the_next_snapshot():
+    msgs = [Msg(7, "update", rows=[{"id": "a", "values": {"status": "x"}}], offset=1),
+            Msg(8, "snapshot", rows=[{"id": "b", "values": {"status": "y"}}], offset=2),
+            Msg(9, "update", rows=[{"id": "b", "op": "delete"}], offset=3)]
+    result = process_batch("t", "s1", [to_frame(msgs)], None, SCHEMA, await_snapshot=True)
+    assert result.violation is None
+    assert result.skipped == 1
+    assert result.state.table.empty and result.state.first_seq == 8 and result.state.last_seq == 9
+    strict = process_batch("t", "s1", [to_frame(msgs)], None, SCHEMA)
+    assert strict.violation.kind is ViolationKind.NO_SNAPSHOT
+
+
+def test_snapshot_drops_rows_absent_from_it_as_deletes():
+    first = Msg(0, "snapshot", rows=[{"id": "a", "values": {}}, {"id": "b", "values": {}}], offset=1)
+    resync = Msg(1, "snapshot", rows=[{"id": "b", "values": {"status": "ok"}}], offset=2)
+    state, changes, v = run_core([[first], [resync]])
+    assert v is None
+    last = changes[-1]
+    assert list(zip(last["row_id"], last["op"], last["type"])) == [
+        ("a", "delete", "snapshot"), ("b", "upsert", "snapshot")]
+    assert list(state.table.index) == ["b"] and state.snapshot_seq == 1 and state.snapshot_offset == 2
+
+
+def test_blob_keeps_its_schema_so_an_added_nullable_column_reads_as_null():
+    from reconstructor.schema import RowSchema
+
+    table = to_frame([Msg(0, "snapshot", rows=[{"id": "a", "values": {"temperature": 1.5,
+                                                                          "reading_count": 2**60}}])])
+    state, _, _ = run_core([[Msg(0, "snapshot", rows=[{"id": "a", "values": {"temperature": 1.5,
+                                                                              "reading_count": 2**60}}])]])
+    blob = dump_table(state.table, SCHEMA)
+    wider = RowSchema.from_dict({"name": "v2", "columns": [
+        {"name": c.name, "type": c.type} for c in SCHEMA.columns] + [{"name": "battery", "type": "double"}]})
+    loaded = load_table(blob, wider)
+    assert list(loaded.columns) == wider.names
+    assert loaded.loc["a", "temperature"] == 1.5
+    assert loaded.loc["a", "reading_count"] == 2**60  # longs stay exact through the blob
+    assert pd.isna(loaded.loc["a", "battery"])
+    assert table is not None
+
+
+def test_blob_refuses_a_lossy_type_change():
+    from reconstructor.schema import RowSchema, SchemaError
+
+    state, _, _ = run_core([[Msg(0, "snapshot", rows=[{"id": "a", "values": {"status": "ok"}}])]])
+    blob = dump_table(state.table, SCHEMA)
+    changed = RowSchema.from_dict({"name": "v2", "columns": [
+        {"name": c.name, "type": "double" if c.name == "status" else c.type} for c in SCHEMA.columns]})
+    with pytest.raises(SchemaError, match="status"):
+        load_table(blob, changed)
