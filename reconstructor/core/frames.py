@@ -17,7 +17,8 @@ INPUT = ("partition", "offset", "kafka_ts", "key", "session", "seq", "type", "ev
          "row_pos", "row_id", "op", "error")
 
 # One row per applied row change.
-CHANGE = ("partition", "offset", "seq", "type", "row_id", "op", "event_ts", "kafka_ts")
+# `row_pos` orders two changes of one row inside one message (-1: a row a snapshot dropped).
+CHANGE = ("partition", "offset", "seq", "type", "row_pos", "row_id", "op", "event_ts", "kafka_ts")
 
 MESSAGE_TYPES = ("snapshot", "update", "end")
 OPS = ("upsert", "delete")

@@ -54,7 +54,7 @@ def empty_changes(schema: RowSchema) -> pd.DataFrame:
     for col in schema.columns:
         frame[col.name] = pd.Series(dtype=object)
     frame = coerce_columns(frame, schema)
-    return frame.astype({"partition": "int64", "offset": "int64", "seq": "int64"})
+    return frame.astype({"partition": "int64", "offset": "int64", "seq": "int64", "row_pos": "int64"})
 
 
 def process_batch(
@@ -201,6 +201,7 @@ def _apply(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: 
             if len(dropped):
                 gone = pd.DataFrame({"row_id": np.asarray(dropped, dtype=object)})
                 gone = _stamp(gone, head, "delete")
+                gone["row_pos"] = -1
                 for col in names:
                     gone[col] = pd.Series([None] * len(gone), dtype=table[col].dtype)
                 pieces.append(gone)
@@ -217,7 +218,8 @@ def _apply(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: 
         return empty_changes(schema), table
     changes = pd.concat([p[list(CHANGE) + names] for p in pieces], ignore_index=True)
     changes = coerce_columns(changes, schema)
-    return changes.astype({"partition": "int64", "offset": "int64", "seq": "int64"}), table
+    return changes.astype({"partition": "int64", "offset": "int64", "seq": "int64",
+                           "row_pos": "int64"}), table
 
 
 def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame, names: list[str]):

@@ -96,6 +96,8 @@ def build_spark(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.shuffle.partitions": str(shuffle_partitions or _default_shuffle_partitions()),
+        # Delta rebuilds table snapshots with this many tasks; 50 is sized for big clusters.
+        "spark.databricks.delta.snapshotPartitions": str(max(2, os.cpu_count() or 2)),
         # A scheduled job logs; progress bars belong to the CLI's own progress display.
         "spark.ui.showConsoleProgress": "false",
     }

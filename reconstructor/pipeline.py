@@ -1,0 +1,150 @@
+"""Wire one streaming query: Kafka source, parse, stateful step, Delta sinks.
+
+This is what ``reconstructor run`` and ``replay`` start; it holds no logic of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from reconstructor.errors import IntegrityViolationError, ReconstructorError
+from reconstructor.schema import RowSchema
+from reconstructor.spark.parse import parse_records
+from reconstructor.spark.sinks import DeltaSinks
+from reconstructor.spark.source import kafka_stream
+from reconstructor.spark.stateful import reconstruct
+
+
+@dataclass
+class PipelineSettings:
+    bootstrap_servers: str
+    topic_pattern: str
+    output: str
+    checkpoint: str
+    trigger: str = "available-now"  # or an interval such as "30 seconds"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    session_timeout: str = "1 hour"
+    await_snapshot: bool = False
+    row_schema: str | None = None
+    kafka_options: dict[str, str] = field(default_factory=dict)
+    query_name: str | None = None
+
+
+_UNITS_MS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "m": 60_000,
+             "min": 60_000, "minute": 60_000, "h": 3_600_000, "hour": 3_600_000, "d": 86_400_000,
+             "day": 86_400_000}
+
+
+def duration_ms(text: str) -> int:
+    """'90 seconds', '30s', '1 hour', '2h' -> milliseconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+?)s?\s*", text or "")
+    if not m or m.group(2).lower() not in _UNITS_MS:
+        raise ValueError(f"not a duration: {text!r} (use e.g. '30 seconds', '10 minutes', '1 hour')")
+    return int(float(m.group(1)) * _UNITS_MS[m.group(2).lower()])
+
+
+def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
+    schema = RowSchema.load(settings.row_schema)
+    sinks = DeltaSinks.for_query(spark, settings.output, schema, settings.checkpoint)
+    sinks.ensure_tables()
+    raw = kafka_stream(
+        spark,
+        bootstrap_servers=settings.bootstrap_servers,
+        topic_pattern=settings.topic_pattern,
+        starting_offsets=settings.starting_offsets,
+        max_offsets_per_trigger=settings.max_offsets_per_trigger,
+        kafka_options=settings.kafka_options,
+    )
+    out = reconstruct(parse_records(raw, schema), schema,
+                      session_timeout_ms=duration_ms(settings.session_timeout),
+                      await_snapshot=settings.await_snapshot)
+    writer = (out.writeStream.foreachBatch(sinks.write_batch)
+              .option("checkpointLocation", settings.checkpoint)
+              .outputMode("append"))
+    if settings.query_name:
+        writer = writer.queryName(settings.query_name)
+    if settings.trigger in ("available-now", "availableNow"):
+        writer = writer.trigger(availableNow=True)
+    elif settings.trigger == "once":
+        writer = writer.trigger(once=True)
+    else:
+        duration_ms(settings.trigger)
+        writer = writer.trigger(processingTime=settings.trigger)
+    return writer.start()
+
+
+def caught_up(progress: dict | None) -> bool:
+    """True after a batch that read nothing while every source was at its latest offset.
+
+    With processing-time session timeouts Spark keeps running no-data batches (they are how
+    timeouts fire), so an ``available-now`` query never ends by itself.  One such batch after the
+    data has run the timeouts; the query is then stopped from here.
+    """
+    if not progress or progress.get("numInputRows", 1) != 0:
+        return False
+    sources = progress.get("sources") or []
+    return bool(sources) and all(
+        s.get("endOffset") is not None and s.get("endOffset") == s.get("latestOffset")
+        for s in sources)
+
+
+def await_query(query: StreamingQuery, *, available_now: bool = False, poll_s: float = 0.5,
+                on_progress=None) -> None:
+    """Wait for the query; turn its failure into an IntegrityViolationError or ReconstructorError.
+
+    ``available_now``: stop the query once it has caught up (see ``caught_up``).
+    ``on_progress`` is called with each new progress dict (for progress display).
+    """
+    from pyspark.errors import StreamingQueryException
+
+    from reconstructor.core.violations import IntegrityViolation
+
+    try:
+        last_batch = None
+        while not query.awaitTermination(poll_s):
+            progress = _as_dict(query.lastProgress)
+            if progress is not None and progress.get("batchId") != last_batch:
+                last_batch = progress.get("batchId")
+                if on_progress is not None:
+                    on_progress(progress)
+                if available_now and caught_up(progress):
+                    _stop_between_batches(query)
+                    break
+        query.awaitTermination()  # raises if the query failed
+    except StreamingQueryException as exc:
+        text = str(exc)
+        violation = IntegrityViolation.find(text)
+        if violation is not None:
+            line = next(line for line in text.splitlines() if "INTEGRITY VIOLATION" in line)
+            raise IntegrityViolationError(line[line.index("INTEGRITY VIOLATION"):].strip()) from None
+        raise ReconstructorError(f"the streaming query failed: {_first_line(text)}") from exc
+
+
+def _stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
+    """Stop when no trigger is running, so no batch is cancelled half-way (it would be re-run)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
+
+
+def _as_dict(progress) -> dict | None:
+    if progress is None or isinstance(progress, dict):
+        return progress
+    import json
+
+    return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return "unknown error"

@@ -1,0 +1,149 @@
+"""Kafka records to the core's flat input rows, with Spark's own JSON functions.
+
+The value is parsed once into a VARIANT (``try_parse_json``), so every field's JSON type is known
+(``schema_of_variant``) and checked exactly: a string where a double belongs, an unknown column or
+a missing ``seq`` is not nulled silently but kept, with a reason in ``error``, for the state
+function to fail on with ``MALFORMED`` naming the record.  Rows are exploded so that pandas gets
+flat, typed columns (one row per message row) instead of nested objects.
+
+Each field's JSON type is computed once into its own column and the checks refer to those
+columns: one large nested expression would cost more to compile than to run.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from reconstructor.schema import RowSchema
+
+ENVELOPE_FIELDS = ("session", "seq", "type", "ts", "rows")
+ROW_FIELDS = ("id", "op", "values")
+_INTEGER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT')"
+_NUMBER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT', 'FLOAT', 'DOUBLE')"
+
+
+def _sql_list(names) -> str:
+    return "array(" + ", ".join("'" + n.replace("'", "''") + "'" for n in names) + ")"
+
+
+def _unknown_key(map_col: str, allowed) -> Column:
+    """The first key of a map column that is not in ``allowed``, else null."""
+    return F.expr(f"try_element_at(filter(map_keys({map_col}), k -> NOT array_contains("
+                  f"{_sql_list(allowed)}, k)), 1)")
+
+
+def _field_types(var: str, names, prefix: str) -> list[Column]:
+    """For each field, its JSON type in the VARIANT column ``var`` (SQL NULL when absent)."""
+    return [F.expr(f"schema_of_variant(variant_get({var}, '$.{n}'))").alias(f"{prefix}{n}")
+            for n in names]
+
+
+def _first_error(checks: list[tuple[str, str]]) -> Column:
+    """CASE WHEN <bad> THEN <reason> ... END: the first failing check's reason, else null."""
+    return F.expr("CASE " + " ".join(f"WHEN {c} THEN {r}" for c, r in checks) + " END")
+
+
+def _present(t: str) -> str:
+    return f"({t} IS NOT NULL AND {t} <> 'VOID')"
+
+
+def _column_ok(col, t: str) -> str:
+    if col.type == "double":
+        return f"({t} IN {_NUMBER} OR {t} LIKE 'DECIMAL%')"
+    if col.type == "long":
+        return f"{t} IN {_INTEGER}"
+    if col.type == "boolean":
+        return f"{t} = 'BOOLEAN'"
+    if col.type == "timestamp":
+        return f"({t} = 'STRING' AND `{col.name}` IS NOT NULL)"
+    return f"{t} = 'STRING'"
+
+
+def parse_records(kafka: DataFrame, schema: RowSchema) -> DataFrame:
+    """Columns: topic, group_session, then ``reconstructor.core.frames.INPUT`` and the row columns."""
+    env = kafka.select(
+        "topic", "partition", "offset",
+        F.col("timestamp").alias("kafka_ts"),
+        F.col("key").cast("string").alias("key"),
+        F.expr("try_parse_json(CAST(value AS STRING))").alias("v"),
+    )
+    env = env.select(
+        "*",
+        F.expr("schema_of_variant(v)").alias("t_value"),
+        F.expr("try_variant_get(v, '$', 'map<string,variant>')").alias("fields"),
+        *_field_types("v", ENVELOPE_FIELDS, "t_"),
+        F.expr("try_variant_get(v, '$.session', 'string')").alias("session"),
+        F.expr("try_variant_get(v, '$.seq', 'bigint')").alias("seq"),
+        F.expr("try_variant_get(v, '$.type', 'string')").alias("type"),
+        F.expr("try_variant_get(v, '$.ts', 'timestamp')").alias("event_ts"),
+        F.expr("try_variant_get(v, '$.rows', 'array<variant>')").alias("rows"),
+    ).withColumn("unknown_field", _unknown_key("fields", ENVELOPE_FIELDS))
+
+    env_error = _first_error([
+        ("v IS NULL", "'value is not valid JSON'"),
+        ("t_value NOT LIKE 'OBJECT%'", "concat('value is a JSON ', t_value, ', not an object')"),
+        ("unknown_field IS NOT NULL", "concat('unknown field ', unknown_field)"),
+        ("t_session IS DISTINCT FROM 'STRING'", "'session must be a string'"),
+        (f"coalesce(t_seq NOT IN {_INTEGER}, true)", "'seq must be an integer'"),
+        ("seq < 0", "'seq must not be negative'"),
+        ("t_type IS DISTINCT FROM 'STRING' OR coalesce(type NOT IN ('snapshot', 'update', 'end'), true)",
+         "concat('type must be snapshot, update or end, got ', "
+         "coalesce(to_json(variant_get(v, '$.type')), 'nothing'))"),
+        ("t_ts IS DISTINCT FROM 'STRING' OR event_ts IS NULL", "'ts must be an RFC 3339 timestamp string'"),
+        (f"{_present('t_rows')} AND t_rows NOT LIKE 'ARRAY%'", "'rows must be an array'"),
+        ("type = 'end' AND size(rows) > 0", "'an end message carries no rows'"),
+    ])
+    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "session", "seq", "type",
+                     "event_ts", env_error.alias("env_error"),
+                     F.posexplode_outer("rows").alias("row_pos", "r"))
+
+    rows = env.select(
+        "*",
+        F.expr("schema_of_variant(r)").alias("t_r"),
+        F.expr("try_variant_get(r, '$', 'map<string,variant>')").alias("rfields"),
+        *_field_types("r", ROW_FIELDS, "t_"),
+        F.expr("try_variant_get(r, '$.id', 'string')").alias("row_id"),
+        F.expr("try_variant_get(r, '$.op', 'string')").alias("op_raw"),
+        F.expr("try_variant_get(r, '$.values', 'map<string,variant>')").alias("vfields"),
+        *_field_types("r", [f"values.{c}" for c in schema.names], "t_"),
+        *[F.expr(f"try_variant_get(r, '$.values.{c.name}', '{c.spark_ddl}')").alias(c.name)
+          for c in schema.columns],
+    )
+    rows = rows.select(
+        "*",
+        _unknown_key("rfields", ROW_FIELDS).alias("unknown_row_field"),
+        _unknown_key("vfields", schema.names).alias("unknown_column"),
+    )
+    checks = [
+        ("t_r NOT LIKE 'OBJECT%'", "concat('rows[', row_pos, '] is not an object')"),
+        ("unknown_row_field IS NOT NULL",
+         "concat('rows[', row_pos, '] has unknown field ', unknown_row_field)"),
+        ("t_id IS DISTINCT FROM 'STRING' OR row_id = ''",
+         "concat('rows[', row_pos, '].id must be a non-empty string')"),
+        ("t_op IS NOT NULL AND (t_op <> 'STRING' OR op_raw NOT IN ('upsert', 'delete'))",
+         "concat('rows[', row_pos, '].op must be upsert or delete')"),
+        (f"op_raw = 'delete' AND {_present('t_values')}",
+         "concat('rows[', row_pos, '] is a delete and carries values')"),
+        (f"{_present('t_values')} AND t_values NOT LIKE 'OBJECT%'",
+         "concat('rows[', row_pos, '].values must be an object')"),
+        ("unknown_column IS NOT NULL",
+         "concat('rows[', row_pos, '].values has unknown column ', unknown_column)"),
+    ]
+    for col in schema.columns:
+        t = f"`t_values.{col.name}`"
+        checks.append((
+            f"{_present(t)} AND NOT {_column_ok(col, t)}",
+            f"concat('rows[', row_pos, '].values.{col.name} expects {col.type}, got ', {t}, ' ', "
+            f"substr(to_json(variant_get(r, '$.values.{col.name}')), 1, 60))",
+        ))
+    error = F.coalesce(F.col("env_error"), F.when(F.col("r").isNotNull(), _first_error(checks)))
+    return rows.select(
+        "topic",
+        F.coalesce("session", "key", F.lit("")).alias("group_session"),
+        "partition", "offset", "kafka_ts", "key", "session", "seq", "type", "event_ts",
+        "row_pos", "row_id",
+        F.coalesce("op_raw", F.lit("upsert")).alias("op"),
+        error.alias("error"),
+        *schema.names,
+    )

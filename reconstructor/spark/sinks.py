@@ -1,0 +1,189 @@
+"""The Delta sinks: ``row_changes``, ``current_rows`` and ``sessions``, written from one foreachBatch.
+
+The micro-batch is persisted once, so the stateful step runs once per batch.  A violation row
+fails the batch before any table is touched.  The append uses Delta's idempotent writes
+(``txnAppId``/``txnVersion`` = batch id) and the MERGEs are guarded by ``seq``, so a batch that is
+re-run after a crash neither loses nor repeats a change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from delta.tables import DeltaTable
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from reconstructor.errors import IntegrityViolationError
+from reconstructor.schema import RowSchema
+from reconstructor.spark.stateful import CHANGE_RECORD, SESSION_RECORD, VIOLATION_RECORD
+
+ROW_CHANGES, CURRENT_ROWS, SESSIONS = "row_changes", "current_rows", "sessions"
+TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS)
+
+
+def row_changes_ddl(schema: RowSchema) -> str:
+    return ("topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL, "
+            "session STRING NOT NULL, seq BIGINT NOT NULL, type STRING NOT NULL, row_pos INT, "
+            "row_id STRING NOT NULL, op STRING NOT NULL, " + schema.spark_ddl()
+            + ", event_ts TIMESTAMP, kafka_ts TIMESTAMP, hour STRING NOT NULL")
+
+
+def current_rows_ddl(schema: RowSchema) -> str:
+    return ("topic STRING NOT NULL, session STRING NOT NULL, row_id STRING NOT NULL, "
+            + schema.spark_ddl()
+            + ", partition INT, seq BIGINT NOT NULL, offset BIGINT NOT NULL, updated_at TIMESTAMP")
+
+
+SESSIONS_DDL = (
+    "topic STRING NOT NULL, session STRING NOT NULL, partition INT, status STRING NOT NULL, "
+    "first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, snapshot_seq BIGINT, "
+    "snapshot_offset BIGINT, row_count BIGINT, started_ts TIMESTAMP, last_event_ts TIMESTAMP, "
+    "updated_at TIMESTAMP"
+)
+
+
+def table_path(output: str, name: str) -> str:
+    return f"{output.rstrip('/')}/{name}"
+
+
+def _names(ddl_or_struct) -> list[str]:
+    struct = ddl_or_struct if isinstance(ddl_or_struct, StructType) else StructType.fromDDL(ddl_or_struct)
+    return [f.name for f in struct.fields]
+
+
+@dataclass
+class DeltaSinks:
+    """The three output tables under one output root (local path or ``s3a://bucket/prefix``)."""
+
+    spark: SparkSession
+    output: str
+    schema: RowSchema
+    app_id: str
+
+    @classmethod
+    def for_query(cls, spark: SparkSession, output: str, schema: RowSchema, checkpoint: str) -> "DeltaSinks":
+        # One idempotency id per (checkpoint, output): a restart of the same query skips batches
+        # it already committed; another checkpoint is another writer.
+        digest = hashlib.sha256(f"{checkpoint}|{output}".encode()).hexdigest()[:16]
+        return cls(spark, output, schema, f"reconstructor-{digest}")
+
+    def path(self, name: str) -> str:
+        return table_path(self.output, name)
+
+    def ensure_tables(self) -> None:
+        """Create the tables with explicit schemas and properties when they do not exist."""
+        specs = [
+            (ROW_CHANGES, row_changes_ddl(self.schema), ["hour"],
+             {"delta.appendOnly": "true"}),
+            (CURRENT_ROWS, current_rows_ddl(self.schema), [], {}),
+            (SESSIONS, SESSIONS_DDL, [], {}),
+        ]
+        for name, ddl, parts, props in specs:
+            builder = (DeltaTable.createIfNotExists(self.spark).location(self.path(name))
+                       .addColumns(StructType.fromDDL(ddl)))
+            if parts:
+                builder = builder.partitionedBy(*parts)
+            for key, value in {**props, "reconstructor.table": name,
+                               "reconstructor.row_schema": self.schema.name}.items():
+                builder = builder.property(key, value)
+            builder.execute()
+
+    # ------------------------------------------------------------------------------------------
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """The foreachBatch function."""
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if batch.isEmpty():
+                return  # a no-data batch (session timeouts found nothing): no Delta commit at all
+            violation = (batch.filter(F.col("record") == VIOLATION_RECORD)
+                         .select("violation").limit(1).collect())
+            if violation:
+                raise IntegrityViolationError(violation[0][0])
+            changes = batch.filter(F.col("record") == CHANGE_RECORD)
+            sessions = batch.filter(F.col("record") == SESSION_RECORD)
+            self._append_changes(changes, batch_id)
+            with self._txn(batch_id, CURRENT_ROWS):
+                self._merge_current_rows(changes)
+            with self._txn(batch_id, f"{CURRENT_ROWS}-closed"):
+                self._delete_closed_sessions(sessions)
+            with self._txn(batch_id, SESSIONS):
+                self._merge_sessions(sessions)
+        finally:
+            batch.unpersist()
+
+    def _append_changes(self, changes: DataFrame, batch_id: int) -> None:
+        cols = _names(row_changes_ddl(self.schema))
+        out = changes.withColumn("hour", F.date_format("kafka_ts", "yyyy-MM-dd-HH")).select(*cols)
+        (out.write.format("delta").mode("append")
+            .option("txnAppId", f"{self.app_id}-{ROW_CHANGES}")
+            .option("txnVersion", batch_id)
+            .save(self.path(ROW_CHANGES)))
+
+    def _merge_current_rows(self, changes: DataFrame) -> None:
+        # The last change of each row in this batch; older batches are fenced off by seq.
+        latest = (changes.groupBy("topic", "session", "row_id")
+                  .agg(F.max_by(F.struct("*"), F.struct("seq", "row_pos")).alias("c"))
+                  .select("c.*")
+                  .withColumn("updated_at", F.col("event_ts")))
+        cols = _names(current_rows_ddl(self.schema))
+        source = latest.select(*cols, "op")
+        target = DeltaTable.forPath(self.spark, self.path(CURRENT_ROWS))
+        assign = {c: f"s.`{c}`" for c in cols}
+        (target.alias("t").merge(
+            source.alias("s"),
+            "t.topic = s.topic AND t.session = s.session AND t.row_id = s.row_id")
+         .whenMatchedDelete(condition="s.op = 'delete' AND s.seq >= t.seq")
+         .whenMatchedUpdate(condition="s.seq >= t.seq", set=assign)
+         .whenNotMatchedInsert(condition="s.op <> 'delete'", values=assign)
+         .execute())
+
+    def _delete_closed_sessions(self, sessions: DataFrame) -> None:
+        """A session that ended or timed out leaves the live table."""
+        closed = sessions.filter(F.col("s_status") != "open").select("topic", "session", "seq")
+        if closed.isEmpty():
+            return
+        target = DeltaTable.forPath(self.spark, self.path(CURRENT_ROWS))
+        (target.alias("t").merge(closed.alias("s"), "t.topic = s.topic AND t.session = s.session")
+         .whenMatchedDelete(condition="t.seq <= s.seq")
+         .execute())
+
+    def _merge_sessions(self, sessions: DataFrame) -> None:
+        source = sessions.select(
+            "topic", "session", "partition",
+            *[F.col(f"s_{c}").alias(c) for c in (
+                "status", "first_seq", "last_seq", "last_offset", "snapshot_seq",
+                "snapshot_offset", "row_count", "started_ts", "last_event_ts")],
+            F.current_timestamp().alias("updated_at"),
+        )
+        cols = _names(SESSIONS_DDL)
+        assign = {c: f"s.`{c}`" for c in cols}
+        target = DeltaTable.forPath(self.spark, self.path(SESSIONS))
+        (target.alias("t").merge(source.alias("s"), "t.topic = s.topic AND t.session = s.session")
+         .whenMatchedUpdate(condition="s.last_seq >= t.last_seq OR t.status <> 'open'", set=assign)
+         .whenNotMatchedInsertAll()
+         .execute())
+
+    def _txn(self, batch_id: int, table: str):
+        return _DeltaTxn(self.spark, f"{self.app_id}-{table}", batch_id)
+
+
+class _DeltaTxn:
+    """Delta's idempotent-DML session settings for one MERGE, reset afterwards."""
+
+    def __init__(self, spark: SparkSession, app_id: str, version: int):
+        self.spark, self.app_id, self.version = spark, app_id, version
+
+    def __enter__(self):
+        self.spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
+        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(self.version))
+        return self
+
+    def __exit__(self, *exc):
+        self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        return False

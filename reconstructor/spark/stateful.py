@@ -1,0 +1,145 @@
+"""The stateful step: ``applyInPandasWithState`` over ``(topic, session)`` groups.
+
+Spark hands the state function a group's rows unordered and in several pandas frames; the pure
+core (``reconstructor.core.session.process_batch``) gathers, sorts and checks them.  This module
+only converts between Spark's ``GroupState`` tuple and the core's ``SessionState`` and shapes the
+output: one flat row per applied change (``record = 'change'``), one per touched session
+(``'session'``), and at most one ``'violation'`` which the sink turns into a failed query before
+anything of the micro-batch is written.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from reconstructor.core.blob import dump_table, load_table
+from reconstructor.core.frames import INPUT
+from reconstructor.core.session import OPEN, TIMED_OUT, SessionState, process_batch
+from reconstructor.schema import RowSchema
+
+CHANGE_RECORD, SESSION_RECORD, VIOLATION_RECORD = "change", "session", "violation"
+
+# Scalars of the session state, then the table blob.  Times are epoch microseconds (UTC), so the
+# state never depends on a session or machine time zone.
+STATE_DDL = (
+    "partition INT, status STRING, first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, "
+    "snapshot_seq BIGINT, snapshot_offset BIGINT, started_us BIGINT, last_event_us BIGINT, "
+    "row_count BIGINT, table BINARY"
+)
+
+SESSION_COLUMNS = {
+    "s_status": "STRING", "s_first_seq": "BIGINT", "s_last_seq": "BIGINT",
+    "s_last_offset": "BIGINT", "s_snapshot_seq": "BIGINT", "s_snapshot_offset": "BIGINT",
+    "s_row_count": "BIGINT", "s_started_ts": "TIMESTAMP", "s_last_event_ts": "TIMESTAMP",
+}
+
+
+def output_ddl(schema: RowSchema) -> str:
+    change = ("record STRING, topic STRING, session STRING, partition INT, offset BIGINT, "
+              "seq BIGINT, type STRING, row_pos INT, row_id STRING, op STRING, ")
+    times = "event_ts TIMESTAMP, kafka_ts TIMESTAMP, "
+    sessions = ", ".join(f"{k} {v}" for k, v in SESSION_COLUMNS.items())
+    return change + schema.spark_ddl() + ", " + times + sessions + ", violation STRING"
+
+
+def _us(ts) -> int | None:
+    if ts is None or pd.isna(ts):
+        return None
+    return int(pd.Timestamp(ts).value // 1000)
+
+
+def _from_us(us) -> pd.Timestamp | None:
+    return None if us is None else pd.Timestamp(int(us), unit="us")
+
+
+def state_to_tuple(state: SessionState, schema: RowSchema) -> tuple:
+    return (
+        state.partition, state.status, state.first_seq, state.last_seq, state.last_offset,
+        state.snapshot_seq, state.snapshot_offset, _us(state.started_ts), _us(state.last_event_ts),
+        state.row_count, dump_table(state.table, schema),
+    )
+
+
+def state_from_tuple(row, schema: RowSchema, with_table: bool = True) -> SessionState:
+    (partition, status, first_seq, last_seq, last_offset, snapshot_seq, snapshot_offset,
+     started_us, last_event_us, _row_count, blob) = tuple(row)
+    table = load_table(bytes(blob), schema) if with_table else schema.empty_frame()
+    return SessionState(int(partition), status, int(first_seq), int(last_seq), int(last_offset),
+                        int(snapshot_seq), int(snapshot_offset), _from_us(started_us),
+                        _from_us(last_event_us), table)
+
+
+class SessionReconstructor:
+    """The state function, picklable, configured once per query."""
+
+    def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False):
+        self.schema = schema
+        self.timeout_ms = int(session_timeout_ms)
+        self.await_snapshot = await_snapshot
+        self.columns = [f.split(" ", 1)[0].strip("`") for f in _split_ddl(output_ddl(schema))]
+
+    def __call__(self, key, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        topic, session = key
+        if state.hasTimedOut:
+            previous = state_from_tuple(state.get, self.schema, with_table=False)
+            state.remove()
+            if previous.status == OPEN:
+                yield self._session_frame(topic, session, previous, TIMED_OUT, row_count=0)
+            return
+        previous = state_from_tuple(state.get, self.schema) if state.exists else None
+        result = process_batch(topic, session, frames, previous, self.schema,
+                               await_snapshot=self.await_snapshot)
+        if result.violation is not None:
+            yield self._frame({"record": [VIOLATION_RECORD], "topic": [topic], "session": [session],
+                               "violation": [str(result.violation)]})
+            return
+        if result.state is None or result.state is previous:
+            return  # nothing applied (all skipped while awaiting a snapshot)
+        new = result.state
+        state.update(state_to_tuple(new, self.schema))
+        state.setTimeoutDuration(self.timeout_ms)
+        changes = result.changes
+        if len(changes):
+            yield self._frame(changes.assign(record=CHANGE_RECORD, topic=topic, session=session))
+        yield self._session_frame(topic, session, new, new.status, row_count=new.row_count)
+
+    def _session_frame(self, topic, session, s: SessionState, status: str, row_count: int) -> pd.DataFrame:
+        return self._frame({
+            "record": [SESSION_RECORD], "topic": [topic], "session": [session],
+            "partition": [s.partition], "offset": [s.last_offset], "seq": [s.last_seq],
+            "s_status": [status], "s_first_seq": [s.first_seq], "s_last_seq": [s.last_seq],
+            "s_last_offset": [s.last_offset], "s_snapshot_seq": [s.snapshot_seq],
+            "s_snapshot_offset": [s.snapshot_offset], "s_row_count": [row_count],
+            "s_started_ts": [s.started_ts], "s_last_event_ts": [s.last_event_ts],
+        })
+
+    def _frame(self, data) -> pd.DataFrame:
+        frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+        return frame.reindex(columns=self.columns)
+
+
+def _split_ddl(ddl: str) -> list[str]:
+    return [part.strip() for part in ddl.split(",") if part.strip()]
+
+
+def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int,
+                await_snapshot: bool = False) -> DataFrame:
+    """Group parsed records by ``(topic, session)`` and run the state function over them."""
+    fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot)
+    inputs = records.select("topic", "group_session", *_input_columns(schema))
+    return inputs.groupBy("topic", "group_session").applyInPandasWithState(
+        fn,
+        outputStructType=output_ddl(schema),
+        stateStructType=STATE_DDL,
+        outputMode="append",
+        timeoutConf=GroupStateTimeout.ProcessingTimeTimeout,
+    )
+
+
+def _input_columns(schema: RowSchema) -> list[str]:
+    return list(INPUT) + schema.names
+

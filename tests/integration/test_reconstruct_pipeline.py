@@ -1,0 +1,118 @@
+"""The reconstructor through the real broker, Spark's Kafka source, the stateful step and Delta."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconstructor.errors import IntegrityViolationError
+from reconstructor.fleet import FleetSpec, expected_tables, inject, plan_fleet
+from reconstructor.schema import RowSchema
+from tests.integration.pipeline_support import (current_tables, expected_all, offsets_of, produce,
+                                                read_table, replayed_tables, run)
+
+pytestmark = pytest.mark.integration
+NAMES = RowSchema.load().names
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def small_frames(spark):
+    """Arrow batches of 500 rows: one session's values reach the function in several frames."""
+    old = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    yield
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", old)
+
+
+def test_thousands_of_messages_per_session_in_one_batch_rebuild_every_table_exactly(
+        spark, small_frames, run_id, tmp_path):
+    spec = FleetSpec(topic_prefix=f"it{run_id}-sensor-", sensors=2, sessions_per_sensor=3,
+                     rows=120, updates=1500, rows_per_update=2, resync_every=700, seed=11)
+    messages = list(plan_fleet(spec))
+    # End half of the sessions; the others stay open and live in current_rows.
+    closing = {p.session for p in messages if p.session.endswith(("-0", "-2"))}
+    messages = [p for p in messages if p.message["type"] != "end" or p.session in closing]
+    produce(spec, messages, PARTITIONS)
+    assert len({part for part, _ in offsets_of(messages, PARTITIONS)}) > 1, "use several partitions"
+
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    run(spark, f"it{run_id}-sensor-[0-9]+", out, chk)
+
+    assert current_tables(spark, out, NAMES) == {
+        k: {rid: _norm(v) for rid, v in t.items()} for k, t in expected_tables(messages).items()}
+    assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
+    sessions = {(r.topic, r.session): r for r in read_table(spark, out, "sessions").collect()}
+    assert len(sessions) == 6
+    for (topic, session), row in sessions.items():
+        assert row.status == ("ended" if session in closing else "open")
+        assert row.first_seq == 0 and row.last_seq == (1501 if session in closing else 1500)
+        assert row.snapshot_seq == 1400  # the last resync (updates 700 and 1400 are snapshots)
+    assert read_table(spark, out, "row_changes").count() == _change_count(messages)
+
+
+def test_an_injected_gap_fails_the_query_naming_the_record_and_writes_nothing(spark, run_id, tmp_path):
+    spec = FleetSpec(topic_prefix=f"gap{run_id}-sensor-", sensors=2, sessions_per_sensor=2,
+                     rows=30, updates=300, seed=5)
+    messages, culprit = inject(list(plan_fleet(spec)), "gap")
+    produce(spec, messages, PARTITIONS)
+    placed = dict(zip(map(id, messages), offsets_of(messages, PARTITIONS)))
+    partition, offset = placed[id(culprit)]
+
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    with pytest.raises(IntegrityViolationError) as err:
+        run(spark, f"gap{run_id}-sensor-[0-9]+", out, chk)
+
+    seq = culprit.message["seq"]
+    assert str(err.value) .startswith(
+        f"INTEGRITY VIOLATION GAP topic={culprit.topic} partition={partition} offset={offset} "
+        f"session={culprit.session} expected_seq={seq - 1} found_seq={seq}")
+    # The whole micro-batch was refused: no table holds anything of it.
+    for table in ("row_changes", "current_rows", "sessions"):
+        assert read_table(spark, out, table).count() == 0
+
+
+def test_a_restart_from_the_checkpoint_continues_the_sequence(spark, stack, run_id):
+    spec = FleetSpec(topic_prefix=f"rs{run_id}-sensor-", sensors=2, sessions_per_sensor=2,
+                     rows=40, updates=400, seed=9, end_sessions=False)
+    messages = list(plan_fleet(spec))
+    half = len(messages) // 2
+    root = f"s3a://{stack.S3_BUCKET}/it/{run_id}"
+    out, chk = f"{root}/out", f"{root}/chk"
+    pattern = f"rs{run_id}-sensor-[0-9]+"
+
+    produce(spec, messages[:half], PARTITIONS)
+    run(spark, pattern, out, chk)
+    assert current_tables(spark, out, NAMES) == _expected_open(messages[:half])
+
+    produce(spec, messages[half:], PARTITIONS, create=False)
+    run(spark, pattern, out, chk)  # same checkpoint: the state carries last seq and table
+    assert current_tables(spark, out, NAMES) == _expected_open(messages)
+    assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
+    assert read_table(spark, out, "row_changes").count() == _change_count(messages)
+
+
+def _norm(values: dict) -> dict:
+    from tests.integration.pipeline_support import normalise
+
+    return normalise(values, NAMES)
+
+
+def _expected_open(messages) -> dict:
+    return {k: {rid: _norm(v) for rid, v in t.items()} for k, t in expected_tables(messages).items()}
+
+
+def _change_count(messages) -> int:
+    """Row changes the contract logs: every row of every message, plus rows a snapshot dropped."""
+    count, tables = 0, {}
+    for p in messages:
+        m, key = p.message, (p.topic, p.session)
+        rows = m.get("rows", [])
+        count += len(rows)
+        if m["type"] == "snapshot":
+            new = {r["id"] for r in rows}
+            count += len(tables.get(key, set()) - new)
+            tables[key] = new
+        elif m["type"] == "update":
+            for r in rows:
+                (tables[key].discard if r.get("op") == "delete" else tables[key].add)(r["id"])
+    return count
