@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: help venv jars up down status test test-unit test-integration test-slow demo wheel clean
+.PHONY: help venv jars up down status test test-unit test-integration test-slow demo smoke wheel clean
 
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
@@ -18,6 +18,7 @@ help:
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
 	@echo "make up | down | status  the local Kafka broker (127.0.0.1:9092) and S3 endpoint (:9000)"
+	@echo "make smoke             the stack smoke pipeline (Kafka -> Spark -> Delta on S3A) alone"
 	@echo "make jars              resolve the JVM jars from Maven Central into .jars/"
 	@echo "make wheel             build the wheel into dist/"
 
@@ -58,6 +59,9 @@ test-slow: jars
 	@rc=0; $(VPY) -m pytest -m slow $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 demo: up
+	@$(VPY) -m reconstructor demo
+
+smoke: up
 	@$(VPY) -m reconstructor.smoke
 
 wheel: venv

@@ -33,6 +33,9 @@ class PipelineSettings:
     row_schema: str | None = None
     kafka_options: dict[str, str] = field(default_factory=dict)
     query_name: str | None = None
+    compact_every: str | None = None  # background OPTIMIZE of closed hours + VACUUM; None: off
+    compact_grace: str = "15 minutes"
+    vacuum_retention: str = "168 hours"
 
 
 _UNITS_MS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "m": 60_000,
@@ -46,6 +49,15 @@ def duration_ms(text: str) -> int:
     if not m or m.group(2).lower() not in _UNITS_MS:
         raise ValueError(f"not a duration: {text!r} (use e.g. '30 seconds', '10 minutes', '1 hour')")
     return int(float(m.group(1)) * _UNITS_MS[m.group(2).lower()])
+
+
+_BACKGROUND: list = []
+
+
+def stop_background() -> None:
+    """Stop the compaction threads that ``start`` began (after the query ended)."""
+    while _BACKGROUND:
+        _BACKGROUND.pop().stop()
 
 
 def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
@@ -66,6 +78,13 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
     writer = (out.writeStream.foreachBatch(sinks.write_batch)
               .option("checkpointLocation", settings.checkpoint)
               .outputMode("append"))
+    if settings.compact_every:
+        from reconstructor.spark.compaction import BackgroundCompactor, Compactor
+
+        compactor = Compactor(spark, settings.output,
+                              grace_s=duration_ms(settings.compact_grace) / 1000,
+                              retention_hours=duration_ms(settings.vacuum_retention) / 3_600_000)
+        _BACKGROUND.append(BackgroundCompactor(compactor, duration_ms(settings.compact_every) / 1000).start())
     if settings.query_name:
         writer = writer.queryName(settings.query_name)
     if settings.trigger in ("available-now", "availableNow"):

@@ -23,6 +23,8 @@ from reconstructor.spark.stateful import CHANGE_RECORD, SESSION_RECORD, VIOLATIO
 
 ROW_CHANGES, CURRENT_ROWS, SESSIONS = "row_changes", "current_rows", "sessions"
 TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS)
+# current_rows and sessions are MERGEd every batch; bin-pack them between batches this often.
+LIVE_COMPACTION_EVERY = 50
 
 
 def row_changes_ddl(schema: RowSchema) -> str:
@@ -113,6 +115,10 @@ class DeltaSinks:
                 self._delete_closed_sessions(sessions)
             with self._txn(batch_id, SESSIONS):
                 self._merge_sessions(sessions)
+            if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
+                from reconstructor.spark.compaction import compact_live_tables
+
+                compact_live_tables(self.spark, self.output)
         finally:
             batch.unpersist()
 

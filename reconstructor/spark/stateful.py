@@ -10,6 +10,7 @@ anything of the micro-batch is written.
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterator
 
 import pandas as pd
@@ -20,6 +21,9 @@ from reconstructor.core.blob import dump_table, load_table
 from reconstructor.core.frames import INPUT
 from reconstructor.core.session import OPEN, TIMED_OUT, SessionState, process_batch
 from reconstructor.schema import RowSchema
+
+# pyspark's serializer concatenates our output frames, some with all-null columns by design.
+warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty or all-NA.*")
 
 CHANGE_RECORD, SESSION_RECORD, VIOLATION_RECORD = "change", "session", "violation"
 

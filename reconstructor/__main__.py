@@ -1,0 +1,5 @@
+import sys
+
+from reconstructor.cli import main
+
+sys.exit(main())

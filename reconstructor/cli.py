@@ -1,0 +1,211 @@
+"""``reconstructor``: the command line (also ``python -m reconstructor``).
+
+Exit codes: 0 done; 2 bad usage or config (nothing started); 3 integrity violation; 1 any other
+failure.  Every failure ends with one line on stderr saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import textwrap
+from typing import Sequence
+
+from reconstructor import config as configuration
+from reconstructor import validate
+from reconstructor.errors import (EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ReconstructorError,
+                                  UsageError)
+
+log = logging.getLogger("reconstructor")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with one line (its default prints usage to stderr, also exit 2)."""
+
+    def error(self, message: str):  # noqa: D401
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _fmt(prog):
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def _add_common(p: argparse.ArgumentParser, *, kafka: bool = True, output: bool = True,
+                checkpoint: bool = True) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML config file (flags win over it; env RECON_* in between)")
+    if kafka:
+        p.add_argument("--bootstrap-servers", metavar="HOSTS", help="Kafka bootstrap servers, host:port[,...]")
+    if output:
+        p.add_argument("--output", metavar="URI", help="output root: a local path or s3a://bucket/prefix")
+    if checkpoint:
+        p.add_argument("--checkpoint", metavar="URI", help="streaming checkpoint location (same storage as the output)")
+    p.add_argument("--row-schema", metavar="FILE", help="row schema JSON (default: the bundled demo_sensor)")
+    p.add_argument("--master", metavar="URL", help="Spark master (default: local[*] unless spark-submit set one)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more (Spark stays at WARN)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="reconstructor",
+        formatter_class=_fmt,
+        description="Rebuild sensor tables from ordered snapshot/update Kafka streams into Delta tables.",
+        epilog=textwrap.dedent("""\
+            exit codes: 0 done, 2 bad usage or config, 3 integrity violation, 1 other failure
+
+            examples:
+              reconstructor demo
+              reconstructor run --bootstrap-servers 127.0.0.1:9092 --topic-pattern 'sensor-.*' \\
+                  --output s3a://recon/tables --checkpoint s3a://recon/checkpoints/main
+              reconstructor config show --config prod.toml
+            """),
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    run = sub.add_parser("run", help="the streaming job", formatter_class=_fmt,
+                         description="Read the topics, rebuild every session in strict seq order, write Delta tables.",
+                         epilog=textwrap.dedent("""\
+                             examples:
+                               reconstructor run --bootstrap-servers 127.0.0.1:9092 --topic-pattern 'sensor-.*' \\
+                                   --output /data/recon --checkpoint /data/recon/_checkpoint
+                               reconstructor run --config prod.toml --trigger '1 minute'
+                             """))
+    _add_common(run)
+    _add_stream_flags(run)
+
+    replay = sub.add_parser("replay", help="rebuild from given offsets, a timestamp or each session's last snapshot",
+                            formatter_class=_fmt,
+                            description="Re-read Kafka from a starting point into the same or another output, "
+                                        "with a fresh checkpoint, and stop when caught up.",
+                            epilog=textwrap.dedent("""\
+                                examples:
+                                  reconstructor replay --config prod.toml --from-last-snapshot
+                                  reconstructor replay --config prod.toml --from '{"sensor-1": {"0": 1200}}' --await-snapshot
+                                  reconstructor replay --config prod.toml --from-timestamp 2026-11-21T08:00:00Z --output /tmp/replay
+                                """))
+    _add_common(replay)
+    replay.add_argument("--topic-pattern", metavar="REGEX", help="anchored regex of the topics to read")
+    start = replay.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from", dest="from_offsets", metavar="JSON", help='offsets: {"topic": {"partition": offset}}')
+    start.add_argument("--from-timestamp", metavar="RFC3339", help="the first offset at or after this time")
+    start.add_argument("--from-last-snapshot", action="store_true",
+                       help="each open session's last snapshot, from the sessions table")
+    replay.add_argument("--await-snapshot", action="store_true", default=None,
+                        help="skip a session's updates until its next snapshot (replays that start mid-session)")
+    replay.add_argument("--max-offsets-per-trigger", type=int, metavar="N")
+    replay.add_argument("--session-timeout", metavar="DURATION")
+
+    compact = sub.add_parser("compact", help="OPTIMIZE closed hours and VACUUM, for schedulers",
+                             formatter_class=_fmt,
+                             description="Bin-pack the row_changes hours that have closed and VACUUM all tables. "
+                                         "On S3 with the single-driver log store, run it only while no stream writes.",
+                             epilog="example:\n  reconstructor compact --output s3a://recon/tables --vacuum-retention '168 hours'\n")
+    _add_common(compact, kafka=False, checkpoint=False)
+    compact.add_argument("--grace", dest="compact_grace", metavar="DURATION",
+                         help="how long after its end an hour counts as closed (default 15 minutes)")
+    compact.add_argument("--vacuum-retention", metavar="DURATION", help="VACUUM retention (default 168 hours)")
+    compact.add_argument("--min-files", type=int, default=4, metavar="N",
+                         help="compact an hour only when it has more files than this (default 4)")
+
+    state = sub.add_parser("state", help="print a session's table from the streaming checkpoint",
+                           formatter_class=_fmt,
+                           description="Read the state store of a checkpoint (Spark's state data source) and decode "
+                                       "the session's Arrow table.",
+                           epilog="example:\n  reconstructor state --checkpoint /data/recon/_checkpoint "
+                                  "--topic sensor-1 --session sensor-1-session-0\n")
+    _add_common(state, kafka=False, output=False)
+    state.add_argument("--topic", required=True)
+    state.add_argument("--session", required=True)
+    state.add_argument("--format", choices=["table", "json"], default="table")
+
+    produce = sub.add_parser("produce", help="the demo sensor fleet, with fault injection",
+                             formatter_class=_fmt,
+                             description="Publish sessions (snapshot, updates, end) for a fleet of demo sensors.",
+                             epilog="example:\n  reconstructor produce --sensors 3 --sessions 2 --rows 200 --updates 500 --inject gap\n")
+    _add_fleet_flags(produce)
+
+    demo = sub.add_parser("demo", help="start local Kafka and S3 if needed, produce, reconstruct, summarise",
+                          formatter_class=_fmt,
+                          description="The whole pipeline on the local stack (127.0.0.1:9092, http://127.0.0.1:9000).")
+    _add_fleet_flags(demo, bootstrap=False)
+
+    cfg = sub.add_parser("config", help="show the effective configuration (secrets redacted)", formatter_class=_fmt)
+    cfg.add_argument("action", choices=["show"])
+    _add_common(cfg)
+    _add_stream_flags(cfg)
+    return parser
+
+
+def _add_stream_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topic-pattern", metavar="REGEX", help="anchored regex of the topics to read, e.g. 'sensor-.*'")
+    p.add_argument("--trigger", metavar="WHEN", help="available-now (default) or an interval such as '1 minute'")
+    p.add_argument("--starting-offsets", metavar="WHERE", help="earliest (default), latest or JSON offsets (first run only)")
+    p.add_argument("--max-offsets-per-trigger", type=int, metavar="N", help="cap on records per micro-batch")
+    p.add_argument("--session-timeout", metavar="DURATION", help="close a silent session after this (default 1 hour)")
+    p.add_argument("--compact-every", metavar="DURATION", help="in-stream compaction interval (default 1 hour; 'off' to disable)")
+
+
+def _add_fleet_flags(p: argparse.ArgumentParser, bootstrap: bool = True) -> None:
+    if bootstrap:
+        p.add_argument("--bootstrap-servers", metavar="HOSTS", default=None,
+                       help="Kafka bootstrap servers (default: the local stack)")
+    p.add_argument("--topic-prefix", default="sensor-", help="topics are <prefix>0, <prefix>1, ... (default sensor-)")
+    p.add_argument("--sensors", type=int, default=3, help="topics, one per sensor (default 3)")
+    p.add_argument("--sessions", type=int, default=2, help="capture sessions per sensor (default 2)")
+    p.add_argument("--rows", type=int, default=200, help="rows in each session's table (default 200)")
+    p.add_argument("--updates", type=int, default=100, help="update messages per session (default 100)")
+    p.add_argument("--rows-per-update", type=int, default=3)
+    p.add_argument("--resync-every", type=int, default=0, help="send a fresh snapshot every N updates")
+    p.add_argument("--partitions", type=int, default=3, help="partitions of each topic it creates (default 3)")
+    p.add_argument("--no-end", action="store_true", help="leave the sessions open")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--inject", choices=["gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end"],
+                   help="break one session on purpose")
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return _dispatch(args)
+    except ReconstructorError as exc:
+        print(f"reconstructor: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("reconstructor: interrupted", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _dispatch(args) -> int:
+    from reconstructor import commands
+
+    handlers = {
+        "run": commands.run,
+        "replay": commands.replay,
+        "compact": commands.compact,
+        "state": commands.state,
+        "produce": commands.produce,
+        "demo": commands.demo,
+        "config": commands.config_show,
+    }
+    return handlers[args.command](args) or EXIT_OK
+
+
+def effective_config(args) -> configuration.Config:
+    flags = {k: v for k, v in vars(args).items()
+             if k in configuration._SCALARS and v is not None}
+    if flags.get("compact_every") == "off":
+        flags["compact_every"] = None
+    try:
+        return configuration.load(getattr(args, "config", None), flags=flags)
+    except UsageError:
+        raise
+
+
+__all__ = ["main", "build_parser", "effective_config", "validate"]

@@ -1,0 +1,186 @@
+"""Effective configuration: defaults, then a TOML file (``--config``), then ``RECON_*`` env, then flags.
+
+Kafka security settings and S3 credentials pass through to Spark untouched but never reach a log
+line or ``--help``: ``redacted()`` is the only form that is ever printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from reconstructor.errors import UsageError
+
+SECRET = re.compile(r"(password|secret|jaas|token|credential|access[._]?key|private)", re.I)
+REDACTED = "***"
+
+# Kafka client settings that may come from the environment (RECON_KAFKA_SASL_MECHANISM, ...).
+_KAFKA_ENV = re.compile(r"^RECON_KAFKA_((SECURITY|SASL|SSL)_[A-Z0-9_]+)$")
+
+
+@dataclass
+class S3Config:
+    endpoint: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    path_style: bool = False
+
+
+@dataclass
+class Config:
+    bootstrap_servers: str | None = None
+    topic_pattern: str | None = None
+    output: str | None = None
+    checkpoint: str | None = None
+    trigger: str = "available-now"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    session_timeout: str = "1 hour"
+    row_schema: str | None = None
+    await_snapshot: bool = False
+    compact_every: str | None = "1 hour"
+    compact_grace: str = "15 minutes"
+    vacuum_retention: str = "168 hours"
+    shuffle_partitions: int | None = None
+    master: str | None = None
+    kafka: dict[str, str] = field(default_factory=dict)
+    spark: dict[str, str] = field(default_factory=dict)
+    s3: S3Config = field(default_factory=S3Config)
+
+    def redacted(self) -> dict[str, Any]:
+        return _redact(asdict(self))
+
+    def to_toml(self) -> str:
+        """The effective configuration as TOML, secrets redacted (for ``config show``)."""
+        data = self.redacted()
+        lines = []
+        for key, value in data.items():
+            if not isinstance(value, dict) and value is not None:
+                lines.append(f"{key} = {_toml_value(value)}")
+        for key, value in data.items():
+            if isinstance(value, dict) and value:
+                lines.append(f"\n[{key}]")
+                for k, v in value.items():
+                    if v is not None:
+                        lines.append(f"{json.dumps(k) if '.' in k else k} = {_toml_value(v)}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(str(value))
+
+
+def _redact(value, key: str = ""):
+    if isinstance(value, dict):
+        return {k: _redact(v, k) for k, v in value.items()}
+    if value is not None and SECRET.search(key) and key not in ("secret_key_file",):
+        return REDACTED
+    return value
+
+
+def is_secret(key: str) -> bool:
+    return bool(SECRET.search(key))
+
+
+_SCALARS = {f.name for f in fields(Config)} - {"kafka", "spark", "s3"}
+_S3_FIELDS = {f.name for f in fields(S3Config)}
+
+
+def load(
+    path: str | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> Config:
+    """Merge the layers; unknown keys in the file are usage errors (a typo is not silently ignored)."""
+    env = os.environ if env is None else env
+    cfg = Config()
+    if path:
+        _apply(cfg, _read_toml(path), source=path)
+    _apply(cfg, _from_env(env), source="environment")
+    _apply(cfg, {k: v for k, v in (flags or {}).items() if v is not None}, source="flags")
+    return cfg
+
+
+def _read_toml(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"config file {path} does not exist")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _from_env(env: Mapping[str, str]) -> dict:
+    data: dict[str, Any] = {}
+    for name in _SCALARS:
+        value = env.get(f"RECON_{name.upper()}")
+        if value not in (None, ""):
+            data[name] = value
+    s3 = {k: env[f"RECON_S3_{k.upper()}"] for k in _S3_FIELDS if env.get(f"RECON_S3_{k.upper()}")}
+    if s3:
+        data["s3"] = s3
+    kafka = {}
+    for name, value in env.items():
+        m = _KAFKA_ENV.match(name)
+        if m:
+            kafka[m.group(1).lower().replace("_", ".")] = value
+    if kafka:
+        data["kafka"] = kafka
+    return data
+
+
+def _apply(cfg: Config, data: Mapping[str, Any], source: str) -> None:
+    for key, value in data.items():
+        key = key.replace("-", "_")
+        if key in ("kafka", "spark"):
+            if not isinstance(value, Mapping):
+                raise UsageError(f"{source}: [{key}] must be a table of settings")
+            getattr(cfg, key).update({str(k): str(v) for k, v in value.items()})
+        elif key == "s3":
+            if not isinstance(value, Mapping):
+                raise UsageError(f"{source}: [s3] must be a table of settings")
+            for k, v in value.items():
+                k = k.replace("-", "_")
+                if k not in _S3_FIELDS:
+                    raise UsageError(f"{source}: unknown setting s3.{k}")
+                setattr(cfg.s3, k, _coerce(k, v, bool if k == "path_style" else str, source))
+        elif key in _SCALARS:
+            setattr(cfg, key, _coerce(key, value, _FIELD_TYPES.get(key, str), source))
+        else:
+            raise UsageError(f"{source}: unknown setting {key!r}")
+
+
+_FIELD_TYPES = {"max_offsets_per_trigger": int, "shuffle_partitions": int, "await_snapshot": bool}
+
+
+def _coerce(key: str, value, typ, source: str):
+    if value is None:
+        return None
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(value).lower() in ("0", "false", "no", "off"):
+            return False
+        raise UsageError(f"{source}: {key} must be true or false, got {value!r}")
+    if typ is int:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{source}: {key} must be a whole number, got {value!r}") from None
+        if number <= 0:
+            raise UsageError(f"{source}: {key} must be positive, got {value!r}")
+        return number
+    return str(value)

@@ -1,0 +1,152 @@
+"""Hourly compaction: OPTIMIZE the closed ``hour`` partitions of ``row_changes``, then VACUUM.
+
+An hour is closed once its end plus a grace period has passed; it is bin-packed only when it has
+more files than ``min_files``, so a compacted hour is never rewritten again.  Appends only ever
+add files to open hours, so compacting a closed hour never conflicts with the stream's commits:
+that is why the stream can run it in a background thread of its own driver (the one writer that
+S3's single-driver log store allows).  ``current_rows`` and ``sessions`` are rewritten by MERGE
+every batch; the stream compacts them between batches instead (``compact_live_tables``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from reconstructor.spark.sinks import CURRENT_ROWS, ROW_CHANGES, SESSIONS, table_path
+
+log = logging.getLogger(__name__)
+_HOUR = re.compile(r"/hour=(\d{4}-\d{2}-\d{2}-\d{2})/")
+DEFAULT_RETENTION_HOURS = 168
+
+
+@dataclass
+class HourReport:
+    hour: str
+    files_before: int
+    files_after: int
+    bytes_before: int
+    bytes_after: int
+
+
+@dataclass
+class CompactionReport:
+    hours: list[HourReport] = field(default_factory=list)
+    vacuumed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        out = [f"hour {h.hour}: {h.files_before} files ({h.bytes_before:,} B) -> "
+               f"{h.files_after} files ({h.bytes_after:,} B)" for h in self.hours]
+        if not self.hours:
+            out.append("no closed hour needed compaction")
+        if self.vacuumed:
+            out.append(f"vacuumed {', '.join(self.vacuumed)}")
+        out.append(f"took {self.seconds:.1f}s")
+        return out
+
+
+class Compactor:
+    def __init__(self, spark: SparkSession, output: str, *, grace_s: float = 900,
+                 retention_hours: float = DEFAULT_RETENTION_HOURS, min_files: int = 4):
+        self.spark = spark
+        self.output = output
+        self.grace_s = grace_s
+        self.retention_hours = retention_hours
+        self.min_files = min_files
+
+    def files_per_hour(self) -> dict[str, int]:
+        """Files of each hour partition, from the Delta log only (no data is read)."""
+        files = self.spark.read.format("delta").load(table_path(self.output, ROW_CHANGES)).inputFiles()
+        counts: dict[str, int] = {}
+        for f in files:
+            m = _HOUR.search(f)
+            if m:
+                counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+        return counts
+
+    def closed_hours(self, now: dt.datetime | None = None) -> list[str]:
+        now = now or dt.datetime.now(dt.timezone.utc)
+        closed = []
+        for hour, count in sorted(self.files_per_hour().items()):
+            start = dt.datetime.strptime(hour, "%Y-%m-%d-%H").replace(tzinfo=dt.timezone.utc)
+            if start + dt.timedelta(hours=1, seconds=self.grace_s) <= now and count > self.min_files:
+                closed.append(hour)
+        return closed
+
+    def optimize_hour(self, hour: str) -> HourReport:
+        table = DeltaTable.forPath(self.spark, table_path(self.output, ROW_CHANGES))
+        metrics = table.optimize().where(f"hour = '{hour}'").executeCompaction().collect()[0].metrics
+        removed, added = metrics.filesRemoved, metrics.filesAdded
+        return HourReport(hour, metrics.numFilesRemoved, self._files_in(hour),
+                          int(removed.totalSize), int(added.totalSize))
+
+    def _files_in(self, hour: str) -> int:
+        return self.files_per_hour().get(hour, 0)
+
+    def vacuum(self, names=(ROW_CHANGES, CURRENT_ROWS, SESSIONS)) -> list[str]:
+        if self.retention_hours < DEFAULT_RETENTION_HOURS:
+            # Delta refuses a short retention unless told; the operator chose it explicitly.
+            self.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        done = []
+        for name in names:
+            DeltaTable.forPath(self.spark, table_path(self.output, name)).vacuum(self.retention_hours)
+            done.append(name)
+        return done
+
+    def run(self, now: dt.datetime | None = None, vacuum: bool = True) -> CompactionReport:
+        started = time.monotonic()
+        report = CompactionReport()
+        for hour in self.closed_hours(now):
+            report.hours.append(self.optimize_hour(hour))
+            log.info("compacted hour %s", hour)
+        if vacuum:
+            report.vacuumed = self.vacuum()
+        report.seconds = time.monotonic() - started
+        return report
+
+
+def compact_live_tables(spark: SparkSession, output: str, min_files: int = 16) -> None:
+    """OPTIMIZE current_rows and sessions when MERGEs have left many small files (in-batch only)."""
+    for name in (CURRENT_ROWS, SESSIONS):
+        path = table_path(output, name)
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]
+        if detail.numFiles > min_files:
+            DeltaTable.forPath(spark, path).optimize().executeCompaction()
+
+
+class BackgroundCompactor:
+    """Runs ``Compactor.run`` every ``every_s`` in a daemon thread of the streaming driver."""
+
+    def __init__(self, compactor: Compactor, every_s: float):
+        self.compactor = compactor
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="reconstructor-compaction", daemon=True)
+        self.last_report: CompactionReport | None = None
+        self.runs = 0
+
+    def start(self) -> "BackgroundCompactor":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.last_report = self.compactor.run()
+                self.runs += 1
+                for line in self.last_report.lines():
+                    log.info("compaction: %s", line)
+            except Exception as exc:  # a failed compaction is retried next time, never fatal
+                log.warning("compaction failed, will retry: %s", str(exc).splitlines()[0][:300])

@@ -1,0 +1,100 @@
+"""Checks that run before anything starts, each failing with one line that says what to fix."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.pipeline import duration_ms
+from reconstructor.schema import RowSchema, SchemaError
+
+
+def require(cfg, *names: str) -> None:
+    missing = [n for n in names if getattr(cfg, n) in (None, "")]
+    if missing:
+        flags = ", ".join("--" + n.replace("_", "-") for n in missing)
+        raise UsageError(f"missing {flags} (or set it in --config / RECON_{missing[0].upper()})")
+
+
+def topic_pattern(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"--topic-pattern {pattern!r} is not a valid regex: {exc}") from None
+    return pattern
+
+
+def starting_offsets(value: str) -> str:
+    if value in ("earliest", "latest"):
+        return value
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--starting-offsets must be earliest, latest or JSON offsets: {exc}") from None
+    if not isinstance(data, dict) or not data:
+        raise UsageError('--starting-offsets JSON must look like {"topic": {"0": 42, "1": -2}}')
+    for topic, parts in data.items():
+        if not isinstance(parts, dict) or not parts:
+            raise UsageError(f"--starting-offsets: topic {topic!r} needs a {{partition: offset}} object")
+        for part, offset in parts.items():
+            if not str(part).isdigit() or not isinstance(offset, int) or isinstance(offset, bool) or offset < -2:
+                raise UsageError(f"--starting-offsets: {topic}[{part}] = {offset!r} is not a partition "
+                                 "number with an offset (-2 earliest, -1 latest)")
+    return value
+
+
+def duration(flag: str, value: str) -> str:
+    try:
+        duration_ms(value)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    return value
+
+
+def trigger(value: str) -> str:
+    if value in ("available-now", "availableNow", "once"):
+        return value
+    return duration("--trigger", value)
+
+
+def row_schema(value: str | None) -> RowSchema:
+    try:
+        return RowSchema.load(value)
+    except SchemaError as exc:
+        raise UsageError(f"--row-schema: {exc}") from None
+
+
+def local_output_writable(path: str, flag: str = "--output") -> None:
+    """A local output or checkpoint must be creatable and writable; s3a:// is checked by Spark."""
+    if "://" in path and not path.startswith("file://"):
+        return
+    p = Path(path.removeprefix("file://"))
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".recon-write-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{flag} {path} is not writable: {exc.strerror or exc}") from None
+
+
+def broker_reachable(bootstrap: str, kafka_options: dict[str, str], timeout_s: float = 10.0) -> None:
+    """Ask the broker for metadata before Spark starts (skipped when SASL/SSL is configured)."""
+    if any(k.startswith(("security", "sasl", "ssl")) for k in kafka_options):
+        return
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000),
+                         "logger": _Quiet()})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except Exception as exc:  # KafkaException: transport failure, all brokers down
+        raise ReconstructorError(f"Kafka at {bootstrap} does not answer ({exc}); check "
+                                 "--bootstrap-servers and that the broker is up") from None
+
+
+class _Quiet:
+    def log(self, *args, **kwargs) -> None:
+        pass

@@ -1,0 +1,58 @@
+"""The CLI end to end on the local stack: produce, run, state; exit 3 on an integrity violation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from reconstructor.schema import RowSchema
+from tests.integration.pipeline_support import current_tables
+
+pytestmark = pytest.mark.integration
+NAMES = RowSchema.load().names
+
+
+def cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "reconstructor", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stack, spark, run_id, tmp_path):
+    bootstrap = stack.bootstrap_servers()
+    good, bad = f"ok{run_id}-sensor-", f"bad{run_id}-sensor-"
+    produced = cli("produce", "--bootstrap-servers", bootstrap, "--topic-prefix", good, "--sensors", "2",
+                   "--sessions", "2", "--rows", "25", "--updates", "40", "--no-end")
+    assert produced.returncode == 0, produced.stderr
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    ran = cli("run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{good}[0-9]+",
+              "--output", out, "--checkpoint", chk, "--compact-every", "off")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+
+    # `state` reads the checkpoint; it must equal the session's rows in current_rows.
+    topic, session = f"{good}1", f"{good}1-session-1"
+    shown = cli("state", "--checkpoint", chk, "--topic", topic, "--session", session, "--format", "json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    state = json.loads(shown.stdout)
+    assert state["session"]["status"] == "open" and state["session"]["last_seq"] == 40
+    from_state = {r["row_id"]: {c: r[c] for c in NAMES} for r in state["rows"]}
+    live = current_tables(spark, out, NAMES)[(topic, session)]
+    assert set(from_state) == set(live)
+    for rid, values in live.items():
+        assert from_state[rid]["temperature"] == values["temperature"]
+        assert from_state[rid]["status"] == values["status"]
+        assert from_state[rid]["reading_count"] == values["reading_count"]
+
+    # A gap: exit code 3 and the design's line, naming the record.
+    produced = cli("produce", "--bootstrap-servers", bootstrap, "--topic-prefix", bad, "--sensors", "1",
+                   "--sessions", "2", "--rows", "10", "--updates", "30", "--inject", "gap")
+    assert produced.returncode == 0, produced.stderr
+    failed = cli("run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{bad}[0-9]+",
+                 "--output", str(tmp_path / "bad-out"), "--checkpoint", str(tmp_path / "bad-chk"),
+                 "--compact-every", "off")
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"reconstructor: INTEGRITY VIOLATION GAP topic={bad}0 partition=")
+    assert f"session={bad}0-session-" in last and "expected_seq=" in last and "found_seq=" in last
