@@ -194,8 +194,12 @@ def expected_tables(messages) -> dict[tuple[str, str], dict[str, dict]]:
     return {k: v for k, v in tables.items() if k not in ended}
 
 
-def publish(producer, messages, partitions: dict[str, int] | None = None) -> list[tuple[str, int]]:
-    """Send planned messages with a SensorProducer; returns the (topic, partition) of each session."""
+def publish(producer, messages, partitions: dict[str, int] | None = None,
+            event_time_as_kafka_time: bool = False) -> list[tuple[str, int]]:
+    """Send planned messages with a SensorProducer; returns the (topic, partition) of each session.
+
+    ``event_time_as_kafka_time`` stamps each record with its message's ``ts`` (to lay a fleet's
+    history over past hours, as compaction tests need)."""
     from reconstructor.producer import encode
 
     placed = {}
@@ -205,7 +209,11 @@ def publish(producer, messages, partitions: dict[str, int] | None = None) -> lis
             n = partitions.get(p.topic, 1)
             partition = placed.setdefault(p.session, hash_partition(p.session, n))
         value = p.raw if p.raw is not None else encode(p.message)
-        producer.send(p.topic, p.key or p.session, value, partition)
+        ts_ms = None
+        if event_time_as_kafka_time:
+            ts = dt.datetime.fromisoformat(p.message["ts"].replace("Z", "+00:00"))
+            ts_ms = int(ts.timestamp() * 1000)
+        producer.send(p.topic, p.key or p.session, value, partition, ts_ms)
     producer.flush()
     return sorted({(p.topic, placed.get(p.session, -1)) for p in messages})
 

@@ -57,8 +57,11 @@ class SensorProducer:
         if err is not None:
             self._errors.append(f"{msg.topic()}[{msg.partition()}] key={msg.key()!r}: {err}")
 
-    def send(self, topic: str, key: str | bytes | None, value: bytes, partition: int | None = None) -> None:
+    def send(self, topic: str, key: str | bytes | None, value: bytes, partition: int | None = None,
+             timestamp_ms: int | None = None) -> None:
         kwargs = {"partition": partition} if partition is not None else {}
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
         key_bytes = key.encode() if isinstance(key, str) else key
         while True:
             try:
