@@ -38,6 +38,9 @@ class S3Settings:
         }
         if self.endpoint:
             conf["spark.hadoop.fs.s3a.endpoint"] = self.endpoint
+            # S3-compatible servers often answer "Expect: 100-continue" badly (the SDK then fails
+            # an upload with status 100); plain PUTs work everywhere.
+            conf["spark.hadoop.fs.s3a.connection.expect.continue"] = "false"
             conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
                 self.endpoint.startswith("https://")).lower()
         if self.region:

@@ -28,7 +28,7 @@ def run_core(batches: list[list[Msg]], split: list[int] | None = None, through_b
     for i, batch in enumerate(batches):
         frame = to_frame(batch)
         parts = (split or [1])[i % len(split or [1])]
-        frames = np.array_split(frame.sample(frac=1, random_state=i), max(1, parts))
+        frames = [f for f in np.array_split(frame.sample(frac=1, random_state=i), max(1, parts)) if len(f)]
         result = process_batch("sensor-1", "s1", frames, state, SCHEMA)
         if result.violation is not None:
             return state, changes, result.violation
