@@ -345,7 +345,7 @@ def _kafka_cluster_id() -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# S3 (moto server mode: a real HTTP server process on loopback)
+# S3 (moto's S3 emulation in a real HTTP server process on loopback, see reconstructor.s3server)
 
 
 def s3_ready(port: int | None = None) -> bool:
@@ -385,9 +385,10 @@ def start_s3(timeout: float = 60.0) -> str:
         )
     try:
         import moto.server  # noqa: F401
+        import waitress  # noqa: F401
     except ImportError:
-        raise StackError("moto[server] is not installed: pip install -e '.[stack]'") from None
-    _spawn("s3", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports.s3)],
+        raise StackError("moto[server] and waitress are not installed: pip install -e '.[stack]'") from None
+    _spawn("s3", [sys.executable, "-m", "reconstructor.s3server", "--port", str(ports.s3)],
            env={"MOTO_ALLOW_NONEXISTENT_REGION": "true"})
     _wait(f"S3 endpoint on {s3_endpoint()}", lambda: s3_ready(ports.s3), "s3", timeout)
     _ensure_bucket()

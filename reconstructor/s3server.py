@@ -1,0 +1,31 @@
+"""The local S3 endpoint: moto's S3 emulation served by waitress, a production WSGI server.
+
+moto's own ``moto.server`` runs on werkzeug's development server, whose handling of
+``Expect: 100-continue`` makes the AWS SDK v2 (inside hadoop-aws) fail some uploads with
+"Status Code: 100"; waitress speaks HTTP/1.1 properly.  Usage:
+``python -m reconstructor.s3server --port 9000`` (127.0.0.1 only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--threads", type=int, default=16)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MOTO_PORT", str(args.port))
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from waitress import serve
+
+    app = DomainDispatcherApplication(create_backend_app)
+    serve(app, host=args.host, port=args.port, threads=args.threads, ident="recon-s3",
+          max_request_body_size=8 * 1024**3, channel_timeout=300, connection_limit=512)
+
+
+if __name__ == "__main__":
+    main()
