@@ -36,6 +36,7 @@ class PipelineSettings:
     compact_every: str | None = None  # background OPTIMIZE of closed hours + VACUUM; None: off
     compact_grace: str = "15 minutes"
     vacuum_retention: str = "168 hours"
+    vacuum_in_stream: bool = True
 
 
 _UNITS_MS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "m": 60_000,
@@ -84,7 +85,8 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
         compactor = Compactor(spark, settings.output,
                               grace_s=duration_ms(settings.compact_grace) / 1000,
                               retention_hours=duration_ms(settings.vacuum_retention) / 3_600_000)
-        _BACKGROUND.append(BackgroundCompactor(compactor, duration_ms(settings.compact_every) / 1000).start())
+        _BACKGROUND.append(BackgroundCompactor(compactor, duration_ms(settings.compact_every) / 1000,
+                                               vacuum=settings.vacuum_in_stream).start())
     if settings.query_name:
         writer = writer.queryName(settings.query_name)
     if settings.trigger in ("available-now", "availableNow"):

@@ -125,13 +125,16 @@ def compact_live_tables(spark: SparkSession, output: str, min_files: int = 16) -
 class BackgroundCompactor:
     """Runs ``Compactor.run`` every ``every_s`` in a daemon thread of the streaming driver."""
 
-    def __init__(self, compactor: Compactor, every_s: float):
+    def __init__(self, compactor: Compactor, every_s: float, vacuum: bool = True):
         self.compactor = compactor
+        self.vacuum = vacuum
         self.every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="reconstructor-compaction", daemon=True)
         self.last_report: CompactionReport | None = None
         self.runs = 0
+        self.hours_compacted = 0
+        self.windows: list[tuple[float, float]] = []  # (start, end) epoch seconds of each run
 
     def start(self) -> "BackgroundCompactor":
         self._thread.start()
@@ -143,9 +146,12 @@ class BackgroundCompactor:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
+            started = time.time()
             try:
-                self.last_report = self.compactor.run()
+                self.last_report = self.compactor.run(vacuum=self.vacuum)
                 self.runs += 1
+                self.hours_compacted += len(self.last_report.hours)
+                self.windows.append((started, time.time()))
                 for line in self.last_report.lines():
                     log.info("compaction: %s", line)
             except Exception as exc:  # a failed compaction is retried next time, never fatal

@@ -68,3 +68,75 @@ def test_compaction_bin_packs_closed_hours_and_delta_rs_reads_the_same_tables(sp
                 b = b.astype("datetime64[us]")
             assert a.astype(object).where(a.notna(), None).tolist() == \
                 b.astype(object).where(b.notna(), None).tolist(), (name, col)
+
+
+def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spark, run_id, tmp_path):
+    from reconstructor import pipeline
+    from reconstructor.pipeline import PipelineSettings, caught_up
+    from tests.integration.pipeline_support import current_tables, expected_all, replayed_tables
+    from tests.integration.test_reconstruct_pipeline import NAMES, _expected_open
+
+    now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    spec = FleetSpec(topic_prefix=f"sc{run_id}-sensor-", sensors=2, sessions_per_sensor=1, rows=10,
+                     updates=360, rows_per_update=1, seed=8, end_sessions=False,
+                     start=now - dt.timedelta(hours=4), step=dt.timedelta(seconds=30))
+    messages = list(plan_fleet(spec))
+    create_topics(localstack.bootstrap_servers(), {t: 1 for t in spec.topics()})
+    publish(SensorProducer(localstack.bootstrap_servers()), messages, {t: 1 for t in spec.topics()},
+            event_time_as_kafka_time=True)
+    out = str(tmp_path / "out")
+    settings = PipelineSettings(localstack.bootstrap_servers(), f"sc{run_id}-sensor-[0-9]+", out,
+                                str(tmp_path / "chk"), trigger="1 second", max_offsets_per_trigger=40,
+                                compact_every="2 seconds", compact_grace="0 seconds",
+                                vacuum_in_stream=False)
+    query = pipeline.start(spark, settings)
+    compactor = pipeline._BACKGROUND[-1]
+    try:
+        deadline = dt.datetime.now() + dt.timedelta(minutes=8)
+        while dt.datetime.now() < deadline:
+            done = caught_up(pipeline._as_dict(query.lastProgress)) and compactor.runs >= 2
+            if done or not query.isActive:
+                break
+            query.awaitTermination(1)
+        assert query.isActive, query.exception()
+        batch_times = [dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+                       for p in map(pipeline._as_dict, query.recentProgress)]
+    finally:
+        pipeline.stop_background()
+        query.stop()
+    compacted = list(compactor.windows)
+    assert compactor.runs >= 2 and compactor.hours_compacted >= 1
+    # Batches started while a compaction was running: the stream did not wait for it.
+    assert any(start <= t <= end for start, end in compacted for t in batch_times), (compacted, batch_times)
+    # Nothing lost or repeated by compacting under the stream.
+    assert current_tables(spark, out, NAMES) == _expected_open(messages)
+    assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
+
+
+def test_a_violation_after_good_batches_leaves_every_table_as_after_the_last_good_batch(
+        spark, run_id, tmp_path):
+    from reconstructor.errors import IntegrityViolationError
+    from reconstructor.fleet import inject
+
+    spec = FleetSpec(topic_prefix=f"vb{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=15,
+                     updates=120, seed=21, end_sessions=False)
+    messages = list(plan_fleet(spec))
+    good, rest = messages[: len(messages) // 2], messages[len(messages) // 2:]
+    create_topics(localstack.bootstrap_servers(), {t: 2 for t in spec.topics()})
+    publish(SensorProducer(localstack.bootstrap_servers()), good, {t: 2 for t in spec.topics()})
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    pattern = f"vb{run_id}-sensor-[0-9]+"
+    run(spark, pattern, out, chk)
+    keys = {"row_changes": ("topic", "session", "seq", "row_pos"),
+            "current_rows": ("topic", "session", "row_id"), "sessions": ("topic", "session")}
+    before = {t: _rows(read_table(spark, out, t).drop("updated_at"), k) for t, k in keys.items()}
+    versions = {t: spark.sql(f"DESCRIBE HISTORY delta.`{out}/{t}`").count() for t in keys}
+
+    broken, _ = inject(rest, "duplicate")
+    publish(SensorProducer(localstack.bootstrap_servers()), broken, {t: 2 for t in spec.topics()})
+    with pytest.raises(IntegrityViolationError, match="INTEGRITY VIOLATION DUPLICATE"):
+        run(spark, pattern, out, chk)
+
+    for t, k in keys.items():
+        assert _rows(read_table(spark, out, t).drop("updated_at"), k) == before[t], t
+        assert spark.sql(f"DESCRIBE HISTORY delta.`{out}/{t}`").count() == versions[t], t
