@@ -115,7 +115,9 @@ def replay(args) -> int:
     cfg.trigger = "available-now"
     _validated_stream(cfg)
     print(f"replaying from {offsets} into {cfg.output} (checkpoint {cfg.checkpoint})", file=sys.stderr)
-    return _stream(cfg, _settings(cfg), "reconstructor-replay")
+    from reconstructor.progress import CatchUpProgress
+
+    return _stream(cfg, _settings(cfg), "reconstructor-replay", progress=CatchUpProgress(starting=offsets))
 
 
 def _offsets_for_timestamp(cfg: Config, ts: str) -> str:

@@ -280,25 +280,12 @@ def kafka_ready(port: int | None = None, timeout: float = 2.0) -> bool:
     port = port or Ports.from_env().kafka
     if not _port_open(port):
         return False
-    from confluent_kafka.admin import AdminClient
+    from reconstructor.kafka_admin import broker_metadata
 
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0,
-                         "logger": _QuietLogger()})
     try:
-        md = admin.list_topics(timeout=timeout)
-        return bool(md.brokers)
+        return bool(broker_metadata(f"127.0.0.1:{port}", timeout).brokers)
     except Exception:
         return False
-
-
-class _QuietLogger:
-    """librdkafka logs connection refusals while we poll for readiness; keep them out of stderr."""
-
-    def log(self, *args, **kwargs) -> None:  # noqa: D401 - logging protocol
-        pass
-
-    def __getattr__(self, name):
-        return lambda *a, **k: None
 
 
 def start_kafka(timeout: float = 90.0) -> str:

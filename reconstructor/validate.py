@@ -84,17 +84,10 @@ def broker_reachable(bootstrap: str, kafka_options: dict[str, str], timeout_s: f
     """Ask the broker for metadata before Spark starts (skipped when SASL/SSL is configured)."""
     if any(k.startswith(("security", "sasl", "ssl")) for k in kafka_options):
         return
-    from confluent_kafka.admin import AdminClient
+    from reconstructor.kafka_admin import broker_metadata
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000),
-                         "logger": _Quiet()})
     try:
-        admin.list_topics(timeout=timeout_s)
+        broker_metadata(bootstrap, timeout_s)
     except Exception as exc:  # KafkaException: transport failure, all brokers down
         raise ReconstructorError(f"Kafka at {bootstrap} does not answer ({exc}); check "
                                  "--bootstrap-servers and that the broker is up") from None
-
-
-class _Quiet:
-    def log(self, *args, **kwargs) -> None:
-        pass
