@@ -116,3 +116,25 @@ def _change_count(messages) -> int:
             for r in rows:
                 (tables[key].discard if r.get("op") == "delete" else tables[key].add)(r["id"])
     return count
+
+
+def test_a_silent_session_times_out_and_leaves_current_rows(spark, run_id, tmp_path):
+    import time
+
+    spec = FleetSpec(topic_prefix=f"to{run_id}-sensor-", sensors=1, sessions_per_sensor=2, rows=10,
+                     updates=20, seed=2, end_sessions=False)
+    messages = list(plan_fleet(spec))
+    produce(spec, messages, 1)
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    pattern = f"to{run_id}-sensor-[0-9]+"
+    run(spark, pattern, out, chk, session_timeout="2 seconds")
+    assert {r.status for r in read_table(spark, out, "sessions").collect()} == {"open"}
+    assert read_table(spark, out, "current_rows").count() == sum(
+        len(t) for t in expected_tables(messages).values())
+
+    time.sleep(3)  # processing time passes with no message: the next run's first batch times out
+    run(spark, pattern, out, chk, session_timeout="2 seconds")
+    sessions = read_table(spark, out, "sessions").collect()
+    assert {r.status for r in sessions} == {"timed_out"} and len(sessions) == 2
+    assert {r.last_seq for r in sessions} == {20}
+    assert read_table(spark, out, "current_rows").count() == 0
