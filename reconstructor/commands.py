@@ -111,13 +111,16 @@ def replay(args) -> int:
         offsets = _offsets_for_timestamp(cfg, args.from_timestamp)
     else:
         offsets = _offsets_from_last_snapshot(cfg)
+        # Sessions whose snapshot lies after their partition's start see updates first.
+        cfg.await_snapshot = True
     cfg.starting_offsets = offsets
     cfg.trigger = "available-now"
     _validated_stream(cfg)
     print(f"replaying from {offsets} into {cfg.output} (checkpoint {cfg.checkpoint})", file=sys.stderr)
     from reconstructor.progress import CatchUpProgress
 
-    return _stream(cfg, _settings(cfg), "reconstructor-replay", progress=CatchUpProgress(starting=offsets))
+    return _stream(cfg, _settings(cfg, dedupe_changes=True), "reconstructor-replay",
+                   progress=CatchUpProgress(starting=offsets))
 
 
 def _offsets_for_timestamp(cfg: Config, ts: str) -> str:
@@ -151,7 +154,10 @@ def _offsets_for_timestamp(cfg: Config, ts: str) -> str:
 
 
 def _offsets_from_last_snapshot(cfg: Config) -> str:
-    """Per partition, the smallest snapshot offset of its open sessions (from the sessions table)."""
+    """Per partition, the smallest snapshot offset of its open sessions (from the sessions table).
+
+    Partitions of matching topics with no open session there start at the earliest offset: their
+    sessions never reached a table (or ended), and a replay is idempotent."""
     validate.require(cfg, "output")
     spark = _spark(cfg, "reconstructor-replay-plan")
     from reconstructor.spark.sinks import SESSIONS, table_path
@@ -163,12 +169,24 @@ def _offsets_from_last_snapshot(cfg: Config) -> str:
     except Exception as exc:
         raise ReconstructorError(f"cannot read the sessions table under {cfg.output}: "
                                  f"{str(exc).splitlines()[0]}") from None
-    if not rows:
-        raise ReconstructorError(f"no open session in {cfg.output}/sessions to replay from")
-    offsets: dict[str, dict[str, int]] = {}
+    offsets: dict[str, dict[str, int]] = {
+        topic: {str(p): -2 for p in parts} for topic, parts in _partitions(cfg).items()}
     for r in rows:
         offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["min(snapshot_offset)"])
+    if not offsets:
+        raise ReconstructorError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
     return json.dumps(offsets, sort_keys=True)
+
+
+def _partitions(cfg: Config) -> dict[str, list[int]]:
+    import re
+
+    from reconstructor.kafka_admin import broker_metadata
+
+    validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
+    pattern = re.compile(f"^(?:{cfg.topic_pattern})$")
+    meta = broker_metadata(cfg.bootstrap_servers, 10)
+    return {t: sorted(tm.partitions) for t, tm in meta.topics.items() if pattern.match(t)}
 
 
 def compact(args) -> int:

@@ -37,6 +37,7 @@ class PipelineSettings:
     compact_grace: str = "15 minutes"
     vacuum_retention: str = "168 hours"
     vacuum_in_stream: bool = True
+    dedupe_changes: bool = False  # replays: insert a row change only if the output lacks it
 
 
 _UNITS_MS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "m": 60_000,
@@ -63,7 +64,8 @@ def stop_background() -> None:
 
 def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
     schema = RowSchema.load(settings.row_schema)
-    sinks = DeltaSinks.for_query(spark, settings.output, schema, settings.checkpoint)
+    sinks = DeltaSinks.for_query(spark, settings.output, schema, settings.checkpoint,
+                                 dedupe_changes=settings.dedupe_changes)
     sinks.ensure_tables()
     raw = kafka_stream(
         spark,

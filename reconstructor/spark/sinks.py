@@ -65,13 +65,17 @@ class DeltaSinks:
     output: str
     schema: RowSchema
     app_id: str
+    #: Replays re-read changes the output may already hold: insert a change only when its
+    #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.
+    dedupe_changes: bool = False
 
     @classmethod
-    def for_query(cls, spark: SparkSession, output: str, schema: RowSchema, checkpoint: str) -> "DeltaSinks":
+    def for_query(cls, spark: SparkSession, output: str, schema: RowSchema, checkpoint: str,
+                  dedupe_changes: bool = False) -> "DeltaSinks":
         # One idempotency id per (checkpoint, output): a restart of the same query skips batches
         # it already committed; another checkpoint is another writer.
         digest = hashlib.sha256(f"{checkpoint}|{output}".encode()).hexdigest()[:16]
-        return cls(spark, output, schema, f"reconstructor-{digest}")
+        return cls(spark, output, schema, f"reconstructor-{digest}", dedupe_changes)
 
     def path(self, name: str) -> str:
         return table_path(self.output, name)
@@ -125,6 +129,15 @@ class DeltaSinks:
     def _append_changes(self, changes: DataFrame, batch_id: int) -> None:
         cols = _names(row_changes_ddl(self.schema))
         out = changes.withColumn("hour", F.date_format("kafka_ts", "yyyy-MM-dd-HH")).select(*cols)
+        if self.dedupe_changes:
+            with self._txn(batch_id, ROW_CHANGES):
+                (DeltaTable.forPath(self.spark, self.path(ROW_CHANGES)).alias("t")
+                 .merge(out.alias("s"), "t.hour = s.hour AND t.topic = s.topic AND "
+                        "t.partition = s.partition AND t.offset = s.offset AND "
+                        "t.row_pos = s.row_pos AND t.row_id = s.row_id")
+                 .whenNotMatchedInsertAll()
+                 .execute())
+            return
         (out.write.format("delta").mode("append")
             .option("txnAppId", f"{self.app_id}-{ROW_CHANGES}")
             .option("txnVersion", batch_id)

@@ -127,13 +127,15 @@ def test_a_silent_session_times_out_and_leaves_current_rows(spark, run_id, tmp_p
     produce(spec, messages, 1)
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
     pattern = f"to{run_id}-sensor-[0-9]+"
-    run(spark, pattern, out, chk, session_timeout="2 seconds")
+    # The timeout counts from the data batch's start; it must outlast the batch and the no-data
+    # batch that follows it on a slow machine.
+    run(spark, pattern, out, chk, session_timeout="45 seconds")
     assert {r.status for r in read_table(spark, out, "sessions").collect()} == {"open"}
     assert read_table(spark, out, "current_rows").count() == sum(
         len(t) for t in expected_tables(messages).values())
 
-    time.sleep(3)  # processing time passes with no message: the next run's first batch times out
-    run(spark, pattern, out, chk, session_timeout="2 seconds")
+    time.sleep(46)  # processing time passes with no message: the next run's first batch times out
+    run(spark, pattern, out, chk, session_timeout="45 seconds")
     sessions = read_table(spark, out, "sessions").collect()
     assert {r.status for r in sessions} == {"timed_out"} and len(sessions) == 2
     assert {r.last_seq for r in sessions} == {20}
