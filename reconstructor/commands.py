@@ -68,8 +68,7 @@ def _stream(cfg: Config, settings: PipelineSettings, app: str, progress=None) ->
     spark = _spark(cfg, app)
     try:
         query = start(spark, settings)
-        await_query(query, available_now=settings.trigger in ("available-now", "availableNow"),
-                    on_progress=progress or _log_progress)
+        await_query(query, on_progress=progress or _log_progress)
     finally:
         from reconstructor.pipeline import stop_background
 
@@ -291,7 +290,7 @@ def demo(args) -> int:
     cfg.s3.path_style = True
     spark = _spark(cfg, "reconstructor-demo")
     print(f"reconstructing into {cfg.output} ...", flush=True)
-    await_query(start(spark, _settings(cfg)), available_now=True, on_progress=_log_progress)
+    await_query(start(spark, _settings(cfg)), on_progress=_log_progress)
     from reconstructor.spark.sinks import TABLES, table_path
 
     print("\ntables:")

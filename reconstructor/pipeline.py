@@ -91,23 +91,34 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
                                                vacuum=settings.vacuum_in_stream).start())
     if settings.query_name:
         writer = writer.queryName(settings.query_name)
-    if settings.trigger in ("available-now", "availableNow"):
+    if available_now(settings.trigger):
         writer = writer.trigger(availableNow=True)
     elif settings.trigger == "once":
         writer = writer.trigger(once=True)
     else:
         duration_ms(settings.trigger)
         writer = writer.trigger(processingTime=settings.trigger)
-    return writer.start()
+    if not available_now(settings.trigger):
+        return writer.start()
+    # With processing-time timeouts Spark would run no-data batches forever (they are how timeouts
+    # fire), so an available-now query would never end. Without them it ends once caught up, and
+    # timeouts still fire in every batch that has data. The query's session copies this setting
+    # when it starts, so it is restored right after.
+    key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    previous = spark.conf.get(key, "true")
+    spark.conf.set(key, "false")
+    try:
+        return writer.start()
+    finally:
+        spark.conf.set(key, previous)
+
+
+def available_now(trigger: str) -> bool:
+    return trigger in ("available-now", "availableNow")
 
 
 def caught_up(progress: dict | None) -> bool:
-    """True after a batch that read nothing while every source was at its latest offset.
-
-    With processing-time session timeouts Spark keeps running no-data batches (they are how
-    timeouts fire), so an ``available-now`` query never ends by itself.  One such batch after the
-    data has run the timeouts; the query is then stopped from here.
-    """
+    """True after a batch that read nothing while every source was at its latest offset."""
     if not progress or progress.get("numInputRows", 1) != 0:
         return False
     sources = progress.get("sources") or []
@@ -116,11 +127,9 @@ def caught_up(progress: dict | None) -> bool:
         for s in sources)
 
 
-def await_query(query: StreamingQuery, *, available_now: bool = False, poll_s: float = 0.5,
-                on_progress=None) -> None:
+def await_query(query: StreamingQuery, *, poll_s: float = 0.5, on_progress=None) -> None:
     """Wait for the query; turn its failure into an IntegrityViolationError or ReconstructorError.
 
-    ``available_now``: stop the query once it has caught up (see ``caught_up``).
     ``on_progress`` is called with each new progress dict (for progress display).
     """
     from pyspark.errors import StreamingQueryException
@@ -135,10 +144,10 @@ def await_query(query: StreamingQuery, *, available_now: bool = False, poll_s: f
                 last_batch = progress.get("batchId")
                 if on_progress is not None:
                     on_progress(progress)
-                if available_now and caught_up(progress):
-                    _stop_between_batches(query)
-                    break
         query.awaitTermination()  # raises if the query failed
+        final = _as_dict(query.lastProgress)
+        if on_progress is not None and final is not None and final.get("batchId") != last_batch:
+            on_progress(final)
     except StreamingQueryException as exc:
         text = str(exc)
         violation = IntegrityViolation.find(text)
@@ -146,16 +155,6 @@ def await_query(query: StreamingQuery, *, available_now: bool = False, poll_s: f
             line = next(line for line in text.splitlines() if "INTEGRITY VIOLATION" in line)
             raise IntegrityViolationError(line[line.index("INTEGRITY VIOLATION"):].strip()) from None
         raise ReconstructorError(f"the streaming query failed: {_first_line(text)}") from exc
-
-
-def _stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
-    """Stop when no trigger is running, so no batch is cancelled half-way (it would be re-run)."""
-    import time
-
-    deadline = time.monotonic() + wait_s
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    query.stop()
 
 
 def _as_dict(progress) -> dict | None:

@@ -34,7 +34,7 @@ def offsets_of(messages, partitions: int, start: dict | None = None) -> list[tup
 
 def run(spark, pattern: str, output: str, checkpoint: str, **kw) -> None:
     settings = PipelineSettings(localstack.bootstrap_servers(), pattern, output, checkpoint, **kw)
-    await_query(start(spark, settings), available_now=settings.trigger == "available-now")
+    await_query(start(spark, settings))
 
 
 def read_table(spark, output: str, name: str):

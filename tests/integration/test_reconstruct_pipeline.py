@@ -134,9 +134,16 @@ def test_a_silent_session_times_out_and_leaves_current_rows(spark, run_id, tmp_p
     assert read_table(spark, out, "current_rows").count() == sum(
         len(t) for t in expected_tables(messages).values())
 
-    time.sleep(46)  # processing time passes with no message: the next run's first batch times out
+    time.sleep(46)  # processing time passes with no message from these two sessions
+    late = FleetSpec(topic_prefix=spec.topic_prefix, sensors=1, sessions_per_sensor=3, rows=3,
+                     updates=0, seed=3, end_sessions=False)
+    newcomer = [p for p in plan_fleet(late) if p.session.endswith("-2")]
+    produce(late, newcomer, 1, create=False)  # another session's data: its batch fires the timeouts
     run(spark, pattern, out, chk, session_timeout="45 seconds")
-    sessions = read_table(spark, out, "sessions").collect()
-    assert {r.status for r in sessions} == {"timed_out"} and len(sessions) == 2
-    assert {r.last_seq for r in sessions} == {20}
-    assert read_table(spark, out, "current_rows").count() == 0
+    sessions = {r.session: r for r in read_table(spark, out, "sessions").collect()}
+    assert {s: r.status for s, r in sessions.items()} == {
+        f"{spec.topic_prefix}0-session-0": "timed_out", f"{spec.topic_prefix}0-session-1": "timed_out",
+        f"{spec.topic_prefix}0-session-2": "open"}
+    assert sessions[f"{spec.topic_prefix}0-session-0"].last_seq == 20
+    live = read_table(spark, out, "current_rows").collect()
+    assert {r.session for r in live} == {f"{spec.topic_prefix}0-session-2"} and len(live) == 3
