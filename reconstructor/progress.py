@@ -25,8 +25,8 @@ class CatchUpProgress:
     """``starting``: the query's starting offsets JSON (a first batch reports no start offset);
     partitions it does not name count from offset 0 ("earliest")."""
 
-    def __init__(self, stream=sys.stderr, starting: str | None = None):
-        self.stream = stream
+    def __init__(self, stream=None, starting: str | None = None):
+        self.stream = stream if stream is not None else sys.stderr  # at call time, not import time
         self.started = time.monotonic()
         self.origin: dict[tuple[str, str], int] = {}
         if starting and starting.strip().startswith("{"):
