@@ -13,9 +13,7 @@ import textwrap
 from typing import Sequence
 
 from reconstructor import config as configuration
-from reconstructor import validate
-from reconstructor.errors import (EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ReconstructorError,
-                                  UsageError)
+from reconstructor.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ReconstructorError
 
 log = logging.getLogger("reconstructor")
 
@@ -198,14 +196,10 @@ def _dispatch(args) -> int:
 
 
 def effective_config(args) -> configuration.Config:
+    # "off" (for --compact-every) stays a value: commands treat it as disabled.
     flags = {k: v for k, v in vars(args).items()
              if k in configuration._SCALARS and v is not None}
-    if flags.get("compact_every") == "off":
-        flags["compact_every"] = None
-    try:
-        return configuration.load(getattr(args, "config", None), flags=flags)
-    except UsageError:
-        raise
+    return configuration.load(getattr(args, "config", None), flags=flags)
 
 
-__all__ = ["main", "build_parser", "effective_config", "validate"]
+__all__ = ["main", "build_parser", "effective_config"]

@@ -131,18 +131,13 @@ def _offsets_for_timestamp(cfg: Config, ts: str) -> str:
         when = when.replace(tzinfo=dt.timezone.utc)
     from confluent_kafka import Consumer, TopicPartition
 
-    validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
-    import re
-
-    pattern = re.compile(f"^(?:{cfg.topic_pattern})$")
+    parts = [TopicPartition(t, p, int(when.timestamp() * 1000))
+             for t, ps in _partitions(cfg).items() for p in ps]
+    if not parts:
+        raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
     consumer = Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": "reconstructor-replay",
                          "enable.auto.commit": False})
     try:
-        meta = consumer.list_topics(timeout=10)
-        parts = [TopicPartition(t, p, int(when.timestamp() * 1000))
-                 for t, tm in meta.topics.items() if pattern.match(t) for p in tm.partitions]
-        if not parts:
-            raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
         found = consumer.offsets_for_times(parts, timeout=10)
     finally:
         consumer.close()

@@ -117,16 +117,6 @@ def available_now(trigger: str) -> bool:
     return trigger in ("available-now", "availableNow")
 
 
-def caught_up(progress: dict | None) -> bool:
-    """True after a batch that read nothing while every source was at its latest offset."""
-    if not progress or progress.get("numInputRows", 1) != 0:
-        return False
-    sources = progress.get("sources") or []
-    return bool(sources) and all(
-        s.get("endOffset") is not None and s.get("endOffset") == s.get("latestOffset")
-        for s in sources)
-
-
 def await_query(query: StreamingQuery, *, poll_s: float = 0.5, on_progress=None) -> None:
     """Wait for the query; turn its failure into an IntegrityViolationError or ReconstructorError.
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pyspark.sql import functions as F
 
 from reconstructor import localstack
+from reconstructor.producer import SensorProducer
 from reconstructor.spark.session import S3Settings, build_spark
 from reconstructor.spark.source import kafka_stream
 
@@ -39,22 +40,10 @@ def local_s3() -> S3Settings:
 
 def produce_json(bootstrap: str, topic: str, records: list[dict], key_field: str = "session") -> None:
     """Produce records as UTF-8 JSON, keyed by ``key_field``; raise on any delivery error."""
-    from confluent_kafka import Producer
-
-    errors: list[str] = []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(f"{msg.topic()}: {err}")
-
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = SensorProducer(bootstrap)
     for rec in records:
-        producer.produce(topic, key=str(rec[key_field]).encode(), value=json.dumps(rec).encode(),
-                         on_delivery=on_delivery)
-        producer.poll(0)
-    remaining = producer.flush(30)
-    if remaining or errors:
-        raise RuntimeError(f"delivery failed: {remaining} undelivered, errors: {errors[:3]}")
+        producer.send(topic, str(rec[key_field]), json.dumps(rec).encode())
+    producer.flush(30)
 
 
 def run_smoke(records_per_topic: int = 50, run_id: str | None = None) -> SmokeResult:

@@ -88,3 +88,13 @@ def expected_all(messages, names) -> dict:
                 else:
                     tables[key][r["id"]] = normalise(r.get("values") or {}, names)
     return tables
+
+
+def caught_up(progress: dict | None) -> bool:
+    """True after a batch that read nothing while every source was at its latest offset."""
+    if not progress or progress.get("numInputRows", 1) != 0:
+        return False
+    sources = progress.get("sources") or []
+    return bool(sources) and all(
+        s.get("endOffset") is not None and s.get("endOffset") == s.get("latestOffset")
+        for s in sources)

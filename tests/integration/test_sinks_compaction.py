@@ -72,7 +72,8 @@ def test_compaction_bin_packs_closed_hours_and_delta_rs_reads_the_same_tables(sp
 
 def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spark, run_id, tmp_path):
     from reconstructor import pipeline
-    from reconstructor.pipeline import PipelineSettings, caught_up
+    from reconstructor.pipeline import PipelineSettings
+    from tests.integration.pipeline_support import caught_up
     from tests.integration.pipeline_support import current_tables, expected_all, replayed_tables
     from tests.integration.test_reconstruct_pipeline import NAMES, _expected_open
 
