@@ -6,17 +6,21 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STACK  := $(VPY) -m reconstructor.localstack
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: help venv jars up down status test test-unit test-integration test-slow demo smoke wheel clean
+.PHONY: help venv jars up down status test test-unit test-integration test-slow bench bench-core demo smoke wheel clean
 
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
 	@echo "make test              install what is missing, start Kafka + S3, run the tests, stop them"
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
+	@echo "make bench             end-to-end benchmarks (reconstructor vs stateless limit vs peer, state scaling)"
+	@echo "                       -> bench-results.json; BENCH_ARGS='throughput --updates 500' to narrow"
+	@echo "make bench-core        the pure core micro-benchmark (no Spark)"
 	@echo "make up | down | status  the local Kafka broker (127.0.0.1:9092) and S3 endpoint (:9000)"
 	@echo "make smoke             the stack smoke pipeline (Kafka -> Spark -> Delta on S3A) alone"
 	@echo "make jars              resolve the JVM jars from Maven Central into .jars/"
@@ -57,6 +61,13 @@ test-integration: jars
 test-slow: jars
 	@$(STACK) up
 	@rc=0; $(VPY) -m pytest -m slow $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+
+bench: jars
+	@$(STACK) up
+	@rc=0; $(VPY) -m tests.benchmarks.pipeline_bench $(BENCH_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+
+bench-core: venv
+	@$(VPY) -m tests.benchmarks.core_bench
 
 demo: up
 	@$(VPY) -m reconstructor demo

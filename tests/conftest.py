@@ -14,6 +14,9 @@ import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Spark's WARN lines (a stream falling behind its trigger, Delta's local checkpoints) would bury a
+# failing assertion in CI's output; errors still show.
+os.environ.setdefault("RECON_SPARK_LOG_LEVEL", "ERROR")
 
 
 @pytest.fixture(scope="session")

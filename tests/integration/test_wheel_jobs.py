@@ -1,0 +1,129 @@
+"""The shipped artefact end to end: the built wheel in a fresh virtualenv, and the EMR step.
+
+Nothing here imports the working tree: the wheel is built, installed with its dependencies into a
+new virtualenv, and every command runs from a folder outside the repository, so a file missing from
+the wheel (the row schema, a module) fails here as it would on a cluster. The EMR path is the real
+one: ``spark-submit --py-files <wheel> jobs/emr_step.py run ...`` writing to s3a:// on the local
+S3 endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconstructor import localstack
+from reconstructor.schema import RowSchema
+from reconstructor.fleet import FleetSpec, plan_fleet
+from tests.integration.pipeline_support import current_tables, expected_all, replayed_tables
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+NAMES = RowSchema.load().names
+
+
+@pytest.fixture(scope="module")
+def wheel_env(tmp_path_factory):
+    """(wheel path, virtualenv bin folder): the project as a user installs it."""
+    root = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist"),
+                    str(REPO)], check=True, timeout=600)
+    (wheel,) = (root / "dist").glob("sensor_reconstructor-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=300)
+    bin_dir = root / "venv" / "bin"
+    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True,
+                   timeout=1800)
+    return wheel, bin_dir
+
+
+def _env(bin_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    python = str(bin_dir / "python")
+    env.update(PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python, RECON_JARS_DIR=str(localstack.jars_dir()),
+               PATH=f"{bin_dir}{os.pathsep}{env['PATH']}")
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _call(bin_dir: Path, cwd: Path, *args: str, timeout: int = 900,
+          extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), cwd=cwd, env={**_env(bin_dir), **(extra_env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_wheel_is_what_runs(wheel_env, tmp_path):
+    _, bin_dir = wheel_env
+    probe = _call(bin_dir, tmp_path, str(bin_dir / "python"), "-c",
+                  "import reconstructor, reconstructor.schema as s; print(reconstructor.__file__); "
+                  "print(len(s.RowSchema.load().names))")
+    assert probe.returncode == 0, probe.stderr
+    where, columns = probe.stdout.split()
+    assert "site-packages" in where and str(REPO) not in where
+    assert int(columns) == len(NAMES)
+
+
+def test_produce_run_then_state_equals_current_rows_from_the_wheel(wheel_env, stack, spark, run_id, tmp_path):
+    _, bin_dir = wheel_env
+    cli = str(bin_dir / "reconstructor")
+    bootstrap = stack.bootstrap_servers()
+    prefix = f"wh{run_id}-sensor-"
+    produced = _call(bin_dir, tmp_path, cli, "produce", "--bootstrap-servers", bootstrap, "--topic-prefix",
+                     prefix, "--sensors", "2", "--sessions", "2", "--rows", "30", "--updates", "50", "--no-end")
+    assert produced.returncode == 0, produced.stderr
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    ran = _call(bin_dir, tmp_path, cli, "run", "--bootstrap-servers", bootstrap, "--topic-pattern",
+                f"{prefix}[0-9]+", "--output", out, "--checkpoint", chk, "--trigger", "available-now",
+                "--compact-every", "off")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+
+    live = current_tables(spark, out, NAMES)
+    assert len(live) == 4
+    for (topic, session), rows in live.items():
+        shown = _call(bin_dir, tmp_path, cli, "state", "--checkpoint", chk, "--topic", topic, "--session",
+                      session, "--format", "json")
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        state = json.loads(shown.stdout)
+        assert state["session"]["status"] == "open" and state["session"]["last_seq"] == 50
+        from_state = {r["row_id"]: {c: r[c] for c in NAMES} for r in state["rows"]}
+        assert set(from_state) == set(rows), session
+        for rid, values in rows.items():
+            for c in ("temperature", "humidity", "status", "reading_count", "firmware", "active"):
+                if c in values:
+                    assert from_state[rid][c] == values[c], (session, rid, c)
+
+
+def test_the_emr_step_runs_under_spark_submit_into_s3(wheel_env, stack, spark, run_id, tmp_path):
+    wheel, bin_dir = wheel_env
+    bootstrap = stack.bootstrap_servers()
+    prefix = f"emr{run_id}-sensor-"
+    produced = _call(bin_dir, tmp_path, str(bin_dir / "reconstructor"), "produce", "--bootstrap-servers",
+                     bootstrap, "--topic-prefix", prefix, "--sensors", "2", "--sessions", "1", "--rows", "20",
+                     "--updates", "30")
+    assert produced.returncode == 0, produced.stderr
+    jars = f"{localstack.jars_dir() / 'spark'}/*"
+    out = f"s3a://{localstack.S3_BUCKET}/emr-{run_id}/tables"
+    s3_env = {"RECON_S3_ENDPOINT": localstack.s3_endpoint(), "RECON_S3_REGION": localstack.S3_REGION,
+              "RECON_S3_ACCESS_KEY": localstack.S3_ACCESS_KEY, "RECON_S3_SECRET_KEY": localstack.S3_SECRET_KEY,
+              "RECON_S3_PATH_STYLE": "true"}
+    # The arguments of infra/emr/steps.json, with a local master and the jars EMR would provide.
+    submitted = _call(
+        bin_dir, tmp_path, str(bin_dir / "spark-submit"), "--master", "local[2]",
+        "--driver-class-path", jars, "--conf", f"spark.executor.extraClassPath={jars}",
+        "--conf", "spark.ui.enabled=false", "--py-files", str(wheel), str(REPO / "jobs" / "emr_step.py"),
+        "run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{prefix}[0-9]+", "--output", out,
+        "--checkpoint", f"s3a://{localstack.S3_BUCKET}/emr-{run_id}/checkpoint", "--trigger", "available-now",
+        "--compact-every", "off", extra_env=s3_env)
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+
+    # The same fleet `produce` planned (seed 7 is its default): every table exact.
+    messages = list(plan_fleet(FleetSpec(topic_prefix=prefix, sensors=2, sessions_per_sensor=1, rows=20,
+                                         updates=30, seed=7)))
+    assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
+    sessions = {r["session"]: r["status"] for r in spark.read.format("delta").load(f"{out}/sessions").collect()}
+    assert sessions == {p.session: "ended" for p in messages}
+    assert spark.read.format("delta").load(f"{out}/current_rows").count() == 0
