@@ -104,19 +104,26 @@ class DeltaSinks:
         """The foreachBatch function."""
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            if batch.isEmpty():
+            # One pass computes the batch (the stateful step runs once, into the cache) and answers
+            # every question asked before writing: empty? a violation? sessions that closed?
+            stats = batch.agg(
+                F.count(F.lit(1)).alias("records"),
+                F.min("violation").alias("violation"),
+                F.count(F.when((F.col("record") == SESSION_RECORD) & (F.col("s_status") != "open"), 1))
+                .alias("closed"),
+            ).collect()[0]
+            if stats.records == 0:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
-            violation = (batch.filter(F.col("record") == VIOLATION_RECORD)
-                         .select("violation").limit(1).collect())
-            if violation:
-                raise IntegrityViolationError(violation[0][0])
+            if stats.violation is not None:
+                raise IntegrityViolationError(stats.violation)
             changes = batch.filter(F.col("record") == CHANGE_RECORD)
             sessions = batch.filter(F.col("record") == SESSION_RECORD)
             self._append_changes(changes, batch_id)
             with self._txn(batch_id, CURRENT_ROWS):
                 self._merge_current_rows(changes)
-            with self._txn(batch_id, f"{CURRENT_ROWS}-closed"):
-                self._delete_closed_sessions(sessions)
+            if stats.closed:
+                with self._txn(batch_id, f"{CURRENT_ROWS}-closed"):
+                    self._delete_closed_sessions(sessions)
             with self._txn(batch_id, SESSIONS):
                 self._merge_sessions(sessions)
             if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
@@ -164,8 +171,6 @@ class DeltaSinks:
     def _delete_closed_sessions(self, sessions: DataFrame) -> None:
         """A session that ended or timed out leaves the live table."""
         closed = sessions.filter(F.col("s_status") != "open").select("topic", "session", "seq")
-        if closed.isEmpty():
-            return
         target = DeltaTable.forPath(self.spark, self.path(CURRENT_ROWS))
         (target.alias("t").merge(closed.alias("s"), "t.topic = s.topic AND t.session = s.session")
          .whenMatchedDelete(condition="t.seq <= s.seq")
@@ -197,12 +202,17 @@ class _DeltaTxn:
     def __init__(self, spark: SparkSession, app_id: str, version: int):
         self.spark, self.app_id, self.version = spark, app_id, version
 
+    # The MERGE source is the persisted micro-batch, computed once: Delta need not checkpoint it
+    # again to guard against a source that changes between its two passes.
+    _SETTINGS = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion",
+                 "spark.databricks.delta.merge.materializeSource")
+
     def __enter__(self):
-        self.spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
-        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(self.version))
+        for key, value in zip(self._SETTINGS, (self.app_id, str(self.version), "none")):
+            self.spark.conf.set(key, value)
         return self
 
     def __exit__(self, *exc):
-        self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        for key in self._SETTINGS:
+            self.spark.conf.unset(key)
         return False
