@@ -202,13 +202,10 @@ class _DeltaTxn:
     def __init__(self, spark: SparkSession, app_id: str, version: int):
         self.spark, self.app_id, self.version = spark, app_id, version
 
-    # The MERGE source is the persisted micro-batch, computed once: Delta need not checkpoint it
-    # again to guard against a source that changes between its two passes.
-    _SETTINGS = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion",
-                 "spark.databricks.delta.merge.materializeSource")
+    _SETTINGS = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
 
     def __enter__(self):
-        for key, value in zip(self._SETTINGS, (self.app_id, str(self.version), "none")):
+        for key, value in zip(self._SETTINGS, (self.app_id, str(self.version))):
             self.spark.conf.set(key, value)
         return self
 
