@@ -25,7 +25,11 @@ OPS = ("upsert", "delete")
 
 
 def _to_naive_utc(series: pd.Series) -> pd.Series:
-    values = pd.to_datetime(series, utc=True)
+    if isinstance(series.dtype, pd.DatetimeTZDtype):
+        return series.dt.tz_convert("UTC").dt.tz_localize(None)
+    if pd.api.types.is_datetime64_dtype(series.dtype):
+        return series  # naive times are UTC by contract; to_datetime would only scan them again
+    values = pd.to_datetime(series, utc=True, cache=False)
     return values.dt.tz_convert("UTC").dt.tz_localize(None)
 
 
