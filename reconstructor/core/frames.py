@@ -34,19 +34,27 @@ def _to_naive_utc(series: pd.Series) -> pd.Series:
 
 
 def coerce_columns(frame: pd.DataFrame, schema: RowSchema) -> pd.DataFrame:
-    """Cast the schema's columns of ``frame`` to the canonical pandas dtypes, in place of a copy."""
+    """Cast the schema's columns of ``frame`` to the canonical pandas dtypes, in place of a copy.
+
+    A column already in its canonical dtype is left alone: this runs for every session of every
+    micro-batch, and pandas' no-op casts still copy.
+    """
     out = {}
     for col in schema.columns:
         s = frame[col.name]
         if col.type == "double":
-            out[col.name] = s.astype("float64")
+            if s.dtype != "float64":
+                out[col.name] = s.astype("float64")
         elif col.type == "long":
-            out[col.name] = s.astype("Int64") if s.dtype != "Int64" else s
+            if s.dtype != "Int64":
+                out[col.name] = s.astype("Int64")
         elif col.type == "boolean":
-            out[col.name] = s.astype("boolean") if s.dtype != "boolean" else s
+            if s.dtype != "boolean":
+                out[col.name] = s.astype("boolean")
         elif col.type == "timestamp":
-            out[col.name] = _to_naive_utc(s)
-        else:
+            if not (pd.api.types.is_datetime64_dtype(s.dtype) and not isinstance(s.dtype, pd.DatetimeTZDtype)):
+                out[col.name] = _to_naive_utc(s)
+        elif s.dtype != object or (s.hasnans and any(v is not None for v in s[s.isna()])):
             out[col.name] = s.astype(object).where(s.notna(), None)
     return frame.assign(**out) if out else frame
 
