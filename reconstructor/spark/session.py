@@ -104,8 +104,10 @@ def build_spark(
         # A scheduled job logs; progress bars belong to the CLI's own progress display.
         "spark.ui.showConsoleProgress": "false",
     }
-    if master and master.startswith("local"):
-        # Local mode binds to loopback: no stray interface, nothing reachable from outside.
+    if master and (master.startswith("local") or _loopback_master(master)):
+        # Local mode, or a standalone master on loopback (``reconstructor.standalone``), binds the
+        # driver to loopback: no stray interface, nothing reachable from outside, and executors on
+        # this machine reach the driver where the master told them to.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
@@ -127,6 +129,14 @@ def build_spark(
 def _launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_SUBMIT_OPTS" in os.environ or (
         "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+
+
+def _loopback_master(master: str) -> bool:
+    """``spark://127.0.0.1:7077`` or ``spark://localhost:7077`` (every host of an HA list)."""
+    if not master.startswith("spark://"):
+        return False
+    hosts = [h.rsplit(":", 1)[0] for h in master[len("spark://"):].split(",")]
+    return all(h in ("127.0.0.1", "localhost") for h in hosts)
 
 
 def _default_shuffle_partitions() -> int:
