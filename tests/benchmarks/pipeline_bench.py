@@ -149,7 +149,7 @@ def _dir_files(path: Path) -> dict[str, int]:
     return {str(p): p.stat().st_size for p in path.rglob("*") if p.is_file()}
 
 
-def scaling(spark, args, work: Path) -> dict:
+def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
     """Fixed work on 20 hot sessions while idle sessions in state grow; one batch per round."""
     from reconstructor.pipeline import PipelineSettings, await_query, start
 
@@ -172,8 +172,8 @@ def scaling(spark, args, work: Path) -> dict:
         query = start(spark, settings)
         await_query(query)
         loaded = target - len(hot)
-        print(f"state: {target:,} sessions (loaded {len(new):,} in {time.perf_counter() - started:.1f}s)",
-              flush=True)
+        load_s = time.perf_counter() - started
+        print(f"state: {target:,} sessions (loaded {len(new):,} in {load_s:.1f}s)", flush=True)
         rounds = []
         for _ in range(args.rounds):
             msgs = []
@@ -200,7 +200,9 @@ def scaling(spark, args, work: Path) -> dict:
         med = statistics.median(r["batch_ms"] for r in rounds)
         print(f"  {target:>7,} sessions: batch {med:,.0f} ms (median of {len(rounds)}), checkpoint "
               f"{statistics.median(r['checkpoint_bytes_written'] for r in rounds):,.0f} B/batch", flush=True)
-        report.append({"sessions_in_state": target, "batch_ms_median": med, "rounds": rounds})
+        report.append({"sessions_in_state": target, "batch_ms_median": med, "rounds": rounds,
+                       "load_seconds": load_s})
+        save({"stages": report})  # a long run keeps what it measured if it is stopped
     base = report[0]["batch_ms_median"]
     return {"hot_sessions": len(hot), "updates_per_batch": 10 * len(hot), "stages": report,
             "ratio_largest_to_smallest": report[-1]["batch_ms_median"] / base}
@@ -238,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reconstructor / limit = {t['ratio_reconstructor_to_limit']:.2f}, "
                   f"reconstructor / peer = {t['ratio_reconstructor_to_peer']:.2f}\n", flush=True)
         if args.which in ("all", "scaling"):
-            out["scaling"] = scaling(spark, args, work / "scaling")
+            def save(partial):
+                Path(args.json).write_text(json.dumps({**out, "scaling": partial}, indent=2, default=str))
+
+            out["scaling"] = scaling(spark, args, work / "scaling", save)
             print(f"batch at {args.scale[-1]:,} / at {args.scale[0]:,} sessions = "
                   f"{out['scaling']['ratio_largest_to_smallest']:.2f}", flush=True)
     finally:
