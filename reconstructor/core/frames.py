@@ -24,10 +24,14 @@ MESSAGE_TYPES = ("snapshot", "update", "end")
 OPS = ("upsert", "delete")
 
 
+def _is_naive_datetime(dtype) -> bool:
+    return pd.api.types.is_datetime64_dtype(dtype) and not isinstance(dtype, pd.DatetimeTZDtype)
+
+
 def _to_naive_utc(series: pd.Series) -> pd.Series:
     if isinstance(series.dtype, pd.DatetimeTZDtype):
         return series.dt.tz_convert("UTC").dt.tz_localize(None)
-    if pd.api.types.is_datetime64_dtype(series.dtype):
+    if _is_naive_datetime(series.dtype):
         return series  # naive times are UTC by contract; to_datetime would only scan them again
     values = pd.to_datetime(series, utc=True, cache=False)
     return values.dt.tz_convert("UTC").dt.tz_localize(None)
@@ -52,7 +56,7 @@ def coerce_columns(frame: pd.DataFrame, schema: RowSchema) -> pd.DataFrame:
             if s.dtype != "boolean":
                 out[col.name] = s.astype("boolean")
         elif col.type == "timestamp":
-            if not (pd.api.types.is_datetime64_dtype(s.dtype) and not isinstance(s.dtype, pd.DatetimeTZDtype)):
+            if not _is_naive_datetime(s.dtype):
                 out[col.name] = _to_naive_utc(s)
         elif s.dtype != object or (s.hasnans and any(v is not None for v in s[s.isna()])):
             out[col.name] = s.astype(object).where(s.notna(), None)

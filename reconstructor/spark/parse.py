@@ -23,6 +23,7 @@ ROW_FIELDS = ("id", "op", "values")
 # by whether they cast to a map or an array, because ``schema_of_variant`` of a snapshot's rows
 # walks every row and made parsing five times slower than parsing the JSON itself.
 SCALAR_ENVELOPE_FIELDS = ("session", "seq", "type", "ts")
+SCALAR_ROW_FIELDS = ("id", "op")
 _INTEGER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT')"
 _NUMBER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT', 'FLOAT', 'DOUBLE')"
 
@@ -110,7 +111,7 @@ def parse_records(kafka: DataFrame, schema: RowSchema) -> DataFrame:
     rows = env.select(
         "*",
         F.expr("try_variant_get(r, '$', 'map<string,variant>')").alias("rfields"),
-        *_field_types("r", ("id", "op"), "t_"),
+        *_field_types("r", SCALAR_ROW_FIELDS, "t_"),
         _has("r", "values").alias("has_values"),
         F.expr("try_variant_get(r, '$.id', 'string')").alias("row_id"),
         F.expr("try_variant_get(r, '$.op', 'string')").alias("op_raw"),

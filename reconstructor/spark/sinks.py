@@ -202,14 +202,12 @@ class _DeltaTxn:
     def __init__(self, spark: SparkSession, app_id: str, version: int):
         self.spark, self.app_id, self.version = spark, app_id, version
 
-    _SETTINGS = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
-
     def __enter__(self):
-        for key, value in zip(self._SETTINGS, (self.app_id, str(self.version))):
-            self.spark.conf.set(key, value)
+        self.spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
+        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(self.version))
         return self
 
     def __exit__(self, *exc):
-        for key in self._SETTINGS:
-            self.spark.conf.unset(key)
+        self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
         return False
