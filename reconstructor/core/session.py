@@ -177,6 +177,15 @@ def process_batch(
     return BatchResult(changes, new_state, skipped=skipped)
 
 
+def last_change_per_row(changes: pd.DataFrame) -> np.ndarray:
+    """True on each row's last change in ``changes`` (which are in apply order, ``(seq, row_pos)``).
+
+    Those are what ``current_rows`` needs from a batch: the group knows them already, so the sink
+    does not have to shuffle and aggregate the whole change log to find them.
+    """
+    return ~changes["row_id"].duplicated(keep="last").to_numpy()
+
+
 def _apply(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: RowSchema,
            state: SessionState | None):
     """Apply ordered, continuous messages to ``table``; return (changes, table) or a violation."""

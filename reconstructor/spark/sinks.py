@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 
 from reconstructor.errors import IntegrityViolationError
 from reconstructor.schema import RowSchema
-from reconstructor.spark.stateful import CHANGE_RECORD, SESSION_RECORD, VIOLATION_RECORD
+from reconstructor.spark.stateful import CHANGE_RECORD, SESSION_RECORD
 
 ROW_CHANGES, CURRENT_ROWS, SESSIONS = "row_changes", "current_rows", "sessions"
 TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS)
@@ -117,10 +117,11 @@ class DeltaSinks:
             if stats.violation is not None:
                 raise IntegrityViolationError(stats.violation)
             changes = batch.filter(F.col("record") == CHANGE_RECORD)
+            current = changes.filter(F.col("is_latest"))
             sessions = batch.filter(F.col("record") == SESSION_RECORD)
             self._append_changes(changes, batch_id)
             with self._txn(batch_id, CURRENT_ROWS):
-                self._merge_current_rows(changes)
+                self._merge_current_rows(current)
             if stats.closed:
                 with self._txn(batch_id, f"{CURRENT_ROWS}-closed"):
                     self._delete_closed_sessions(sessions)
@@ -150,14 +151,10 @@ class DeltaSinks:
             .option("txnVersion", batch_id)
             .save(self.path(ROW_CHANGES)))
 
-    def _merge_current_rows(self, changes: DataFrame) -> None:
-        # The last change of each row in this batch; older batches are fenced off by seq.
-        latest = (changes.groupBy("topic", "session", "row_id")
-                  .agg(F.max_by(F.struct("*"), F.struct("seq", "row_pos")).alias("c"))
-                  .select("c.*")
-                  .withColumn("updated_at", F.col("event_ts")))
+    def _merge_current_rows(self, current: DataFrame) -> None:
+        # The last change of each touched row in this batch; older batches are fenced off by seq.
         cols = _names(current_rows_ddl(self.schema))
-        source = latest.select(*cols, "op")
+        source = current.withColumn("updated_at", F.col("event_ts")).select(*cols, "op")
         target = DeltaTable.forPath(self.spark, self.path(CURRENT_ROWS))
         assign = {c: f"s.`{c}`" for c in cols}
         (target.alias("t").merge(

@@ -3,9 +3,11 @@
 Spark hands the state function a group's rows unordered and in several pandas frames; the pure
 core (``reconstructor.core.session.process_batch``) gathers, sorts and checks them.  This module
 only converts between Spark's ``GroupState`` tuple and the core's ``SessionState`` and shapes the
-output: one flat row per applied change (``record = 'change'``), one per touched session
-(``'session'``), and at most one ``'violation'`` which the sink turns into a failed query before
-anything of the micro-batch is written.
+output: one flat row per applied change (``record = 'change'``; ``is_latest`` marks each row's last
+change of the batch, what ``current_rows`` MERGEs: the group already knows it, so the sink needs no
+shuffle and aggregation to find it), one per touched session (``'session'``), and at most one
+``'violation'`` which the sink turns into a failed query before anything of the micro-batch is
+written.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.blob import dump_table, load_table
 from reconstructor.core.frames import INPUT
-from reconstructor.core.session import OPEN, TIMED_OUT, SessionState, process_batch
+from reconstructor.core.session import OPEN, TIMED_OUT, SessionState, last_change_per_row, process_batch
 from reconstructor.schema import RowSchema
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
@@ -44,7 +46,7 @@ SESSION_COLUMNS = {
 
 def output_ddl(schema: RowSchema) -> str:
     change = ("record STRING, topic STRING, session STRING, partition INT, offset BIGINT, "
-              "seq BIGINT, type STRING, row_pos INT, row_id STRING, op STRING, ")
+              "seq BIGINT, type STRING, row_pos INT, row_id STRING, op STRING, is_latest BOOLEAN, ")
     times = "event_ts TIMESTAMP, kafka_ts TIMESTAMP, "
     sessions = ", ".join(f"{k} {v}" for k, v in SESSION_COLUMNS.items())
     return change + schema.spark_ddl() + ", " + times + sessions + ", violation STRING"
@@ -108,7 +110,8 @@ class SessionReconstructor:
         state.setTimeoutDuration(self.timeout_ms)
         changes = result.changes
         if len(changes):
-            yield self._frame(changes.assign(record=CHANGE_RECORD, topic=topic, session=session))
+            yield self._frame(changes.assign(record=CHANGE_RECORD, topic=topic, session=session,
+                                             is_latest=last_change_per_row(changes)))
         yield self._session_frame(topic, session, new, new.status, row_count=new.row_count)
 
     def _session_frame(self, topic, session, s: SessionState, status: str, row_count: int) -> pd.DataFrame:

@@ -107,8 +107,10 @@ def throughput(spark, args, work: Path) -> dict:
     print(f"fleet: {len(messages):,} messages ({updates:,} updates) on {args.sensors} topics x "
           f"{PARTITIONS} partitions, published in {publish_s:.1f}s", flush=True)
 
-    # Warm the JVM (codegen, Delta, Kafka client) on the limit query so neither measured run pays it.
-    _stateless_limit(spark, pattern, work / "warm", args.max_offsets)
+    # Warm each engine once on the same topics (JVM codegen, Delta, the Kafka client, and for the
+    # reconstructor Spark's Python workers) so the measured runs are steady-state, as the peer is.
+    _stateless_limit(spark, pattern, work / "warm-limit", args.max_offsets)
+    _reconstructor(spark, pattern, work / "warm-reconstructor", args.max_offsets)
     results = {}
     limit_s, _ = _stateless_limit(spark, pattern, work / "limit", args.max_offsets)
     results["stateless_limit"] = {"seconds": limit_s, "updates_per_s": updates / limit_s,

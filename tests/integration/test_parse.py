@@ -80,3 +80,35 @@ def test_each_malformed_shape_has_its_reason_and_valid_ones_none(spark):
             assert not found, (name, found)
         else:
             assert any(e.startswith(reason) for e in found), (name, reason, found)
+
+
+def test_valid_values_come_out_typed_and_exact(spark):
+    """Each JSON shape a valid field may take reads as its exact typed value: integers stored
+    small or large, decimals and exponents read as doubles, strings as stored, timestamps with
+    offsets normalised to UTC, JSON null and absent columns as null."""
+    rows = [
+        {"id": "a", "values": {"temperature": 21, "pressure": 1013.25, "humidity": 4.5e-3,
+                               "status": "ok \"quoted\" é", "reading_count": 7,
+                               "calibrated_at": "2026-11-21T11:30:00+01:00"}},
+        {"id": "b", "values": {"temperature": -0.1, "pressure": None, "reading_count": 9007199254740993,
+                               "calibrated_at": "2026-11-21T10:00:00.123456Z"}},
+        {"id": "c", "op": "delete"},
+    ]
+    value = _msg(rows, seq=3000000000, ts="2026-11-21T09:59:59.5Z")
+    df = spark.createDataFrame([("parse-t", 0, 0, dt.datetime(2026, 11, 21, 10), b"s1", value.encode())],
+                               "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+                               "key BINARY, value BINARY")
+    out = {r.row_id: r for r in parse_records(df, RowSchema.load()).collect()}
+    assert {r.error for r in out.values()} == {None}
+    a, b, c = out["a"], out["b"], out["c"]
+    assert (a.seq, a.type, a.session, a.op) == (3000000000, "update", "s1", "upsert")
+    assert a.event_ts == dt.datetime(2026, 11, 21, 9, 59, 59, 500000)
+    assert (a.temperature, a.pressure, a.humidity) == (21.0, 1013.25, 4.5e-3)
+    assert isinstance(a.temperature, float)
+    assert a.status == 'ok "quoted" é'
+    assert a.reading_count == 7
+    assert a.calibrated_at == dt.datetime(2026, 11, 21, 10, 30)
+    assert (b.temperature, b.pressure, b.humidity, b.status) == (-0.1, None, None, None)
+    assert b.reading_count == 9007199254740993
+    assert b.calibrated_at == dt.datetime(2026, 11, 21, 10, 0, 0, 123456)
+    assert c.op == "delete" and c.temperature is None and c.reading_count is None

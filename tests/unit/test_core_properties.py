@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from reconstructor.core import ViolationKind
 from reconstructor.core.blob import dump_table, load_table
-from reconstructor.core.session import SessionState, process_batch
+from reconstructor.core.session import SessionState, last_change_per_row, process_batch
 from tests.support.model import (SCHEMA, Model, ModelViolation, Msg, normalise_values,
                                  table_as_dict, to_frame)
 from tests.support.strategies import batches_of, valid_session
@@ -85,6 +85,20 @@ def test_valid_sessions_reconstruct_exactly_as_the_model(data, split):
     log = pd.concat(changes, ignore_index=True)
     assert len(log) == len(model.changes)
     assert list(zip(log["seq"], log["row_id"], log["op"])) == [(s, r, o) for s, r, o, _ in model.changes]
+    # current_rows keeps only each batch's last change per row: that alone rebuilds the table too.
+    assert merge_last_changes(changes) == model_table(model)
+
+
+def merge_last_changes(changes: list[pd.DataFrame]) -> dict:
+    """What the current_rows MERGE does with each batch: apply only the rows marked last."""
+    table: dict = {}
+    for batch in changes:
+        last = batch[last_change_per_row(batch)]
+        assert not last["row_id"].duplicated().any()
+        table.update(replay_changes([last]))
+        for rid in last.loc[last["op"] == "delete", "row_id"]:
+            table.pop(rid, None)
+    return table
 
 
 FAULTS = ["gap", "duplicate", "reorder_across_batches", "update_first", "partition_move",
