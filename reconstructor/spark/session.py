@@ -101,6 +101,9 @@ def build_spark(
         "spark.sql.shuffle.partitions": str(shuffle_partitions or _default_shuffle_partitions()),
         # Delta rebuilds table snapshots with this many tasks; 50 is sized for big clusters.
         "spark.databricks.delta.snapshotPartitions": str(max(2, os.cpu_count() or 2)),
+        # Each micro-batch is cached once and read a few times within seconds: compressing the
+        # cache cost a third of the JVM's time in the stateful stage and saves nothing that matters.
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # A scheduled job logs; progress bars belong to the CLI's own progress display.
         "spark.ui.showConsoleProgress": "false",
     }

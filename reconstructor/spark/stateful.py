@@ -12,6 +12,7 @@ written.
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Iterator
 
@@ -37,19 +38,19 @@ STATE_DDL = (
     "row_count BIGINT, table BINARY"
 )
 
-SESSION_COLUMNS = {
-    "s_status": "STRING", "s_first_seq": "BIGINT", "s_last_seq": "BIGINT",
-    "s_last_offset": "BIGINT", "s_snapshot_seq": "BIGINT", "s_snapshot_offset": "BIGINT",
-    "s_row_count": "BIGINT", "s_started_ts": "TIMESTAMP", "s_last_event_ts": "TIMESTAMP",
-}
+# A session record's fields travel as one JSON string in ``info`` (a violation record's text does
+# too): nine session columns would be nulls on every change row, paid for in pandas, in Arrow and
+# in the micro-batch cache.  Times are epoch microseconds (UTC), as in the state.
+SESSION_INFO_DDL = (
+    "status STRING, first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, snapshot_seq BIGINT, "
+    "snapshot_offset BIGINT, row_count BIGINT, started_us BIGINT, last_event_us BIGINT"
+)
 
 
 def output_ddl(schema: RowSchema) -> str:
     change = ("record STRING, topic STRING, session STRING, partition INT, offset BIGINT, "
               "seq BIGINT, type STRING, row_pos INT, row_id STRING, op STRING, is_latest BOOLEAN, ")
-    times = "event_ts TIMESTAMP, kafka_ts TIMESTAMP, "
-    sessions = ", ".join(f"{k} {v}" for k, v in SESSION_COLUMNS.items())
-    return change + schema.spark_ddl() + ", " + times + sessions + ", violation STRING"
+    return change + schema.spark_ddl() + ", event_ts TIMESTAMP, kafka_ts TIMESTAMP, info STRING"
 
 
 def _us(ts) -> int | None:
@@ -101,7 +102,7 @@ class SessionReconstructor:
                                await_snapshot=self.await_snapshot)
         if result.violation is not None:
             yield self._frame({"record": [VIOLATION_RECORD], "topic": [topic], "session": [session],
-                               "violation": [str(result.violation)]})
+                               "info": [str(result.violation)]})
             return
         if result.state is None or result.state is previous:
             return  # nothing applied (all skipped while awaiting a snapshot)
@@ -115,13 +116,14 @@ class SessionReconstructor:
         yield self._session_frame(topic, session, new, new.status, row_count=new.row_count)
 
     def _session_frame(self, topic, session, s: SessionState, status: str, row_count: int) -> pd.DataFrame:
+        info = {"status": status, "first_seq": s.first_seq, "last_seq": s.last_seq,
+                "last_offset": s.last_offset, "snapshot_seq": s.snapshot_seq,
+                "snapshot_offset": s.snapshot_offset, "row_count": row_count,
+                "started_us": _us(s.started_ts), "last_event_us": _us(s.last_event_ts)}
         return self._frame({
             "record": [SESSION_RECORD], "topic": [topic], "session": [session],
             "partition": [s.partition], "offset": [s.last_offset], "seq": [s.last_seq],
-            "s_status": [status], "s_first_seq": [s.first_seq], "s_last_seq": [s.last_seq],
-            "s_last_offset": [s.last_offset], "s_snapshot_seq": [s.snapshot_seq],
-            "s_snapshot_offset": [s.snapshot_offset], "s_row_count": [row_count],
-            "s_started_ts": [s.started_ts], "s_last_event_ts": [s.last_event_ts],
+            "info": [json.dumps(info)],
         })
 
     def _frame(self, data) -> pd.DataFrame:
