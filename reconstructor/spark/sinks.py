@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+from pyspark.util import inheritable_thread_target
 
 from reconstructor.errors import IntegrityViolationError
 from reconstructor.schema import RowSchema
@@ -69,6 +70,7 @@ class DeltaSinks:
     #: Replays re-read changes the output may already hold: insert a change only when its
     #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.
     dedupe_changes: bool = False
+    _writers: dict[str, SparkSession] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def for_query(cls, spark: SparkSession, output: str, schema: RowSchema, checkpoint: str,
@@ -128,13 +130,10 @@ class DeltaSinks:
             sessions = (batch.filter(F.col("record") == SESSION_RECORD)
                         .withColumn("s", F.from_json("info", SESSION_INFO_DDL)))
             self._append_changes(changes, batch_id)
-            with self._txn(batch_id, CURRENT_ROWS):
-                self._merge_current_rows(current)
-            if stats.closed:
-                with self._txn(batch_id, f"{CURRENT_ROWS}-closed"):
-                    self._delete_closed_sessions(sessions)
-            with self._txn(batch_id, SESSIONS):
-                self._merge_sessions(sessions)
+            _side_by_side(
+                lambda: self._write_current_rows(current, sessions, batch_id, closed=stats.closed > 0),
+                lambda: self._write_sessions(sessions, batch_id),
+            )
             if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
                 from reconstructor.spark.compaction import compact_live_tables
 
@@ -142,12 +141,31 @@ class DeltaSinks:
         finally:
             batch.unpersist()
 
+    def _write_current_rows(self, current: DataFrame, sessions: DataFrame, batch_id: int,
+                            closed: bool) -> None:
+        with self._txn(batch_id, CURRENT_ROWS):
+            self._merge_current_rows(current)
+        if closed:  # after the MERGE, so a closing session's last changes land before it leaves
+            with self._txn(batch_id, f"{CURRENT_ROWS}-closed"):
+                self._delete_closed_sessions(sessions)
+
+    def _write_sessions(self, sessions: DataFrame, batch_id: int) -> None:
+        with self._txn(batch_id, SESSIONS):
+            self._merge_sessions(sessions)
+
+    def _writer(self, table: str) -> SparkSession:
+        """The session that writes ``table``: its own SQL conf, because Delta takes the
+        idempotent-DML settings from the session and two tables are written at once."""
+        if table not in self._writers:
+            self._writers[table] = _session_like(self.spark)
+        return self._writers[table]
+
     def _append_changes(self, changes: DataFrame, batch_id: int) -> None:
         cols = _names(row_changes_ddl(self.schema))
         out = changes.withColumn("hour", F.date_format("kafka_ts", "yyyy-MM-dd-HH")).select(*cols)
         if self.dedupe_changes:
             with self._txn(batch_id, ROW_CHANGES):
-                (DeltaTable.forPath(self.spark, self.path(ROW_CHANGES)).alias("t")
+                (DeltaTable.forPath(self._writer(ROW_CHANGES), self.path(ROW_CHANGES)).alias("t")
                  .merge(out.alias("s"), "t.hour = s.hour AND t.topic = s.topic AND "
                         "t.partition = s.partition AND t.offset = s.offset AND "
                         "t.row_pos = s.row_pos AND t.row_id = s.row_id")
@@ -163,7 +181,7 @@ class DeltaSinks:
         # The last change of each touched row in this batch; older batches are fenced off by seq.
         cols = _names(current_rows_ddl(self.schema))
         source = current.withColumn("updated_at", F.col("event_ts")).select(*cols, "op")
-        target = DeltaTable.forPath(self.spark, self.path(CURRENT_ROWS))
+        target = DeltaTable.forPath(self._writer(CURRENT_ROWS), self.path(CURRENT_ROWS))
         assign = {c: f"s.`{c}`" for c in cols}
         (target.alias("t").merge(
             source.alias("s"),
@@ -176,7 +194,7 @@ class DeltaSinks:
     def _delete_closed_sessions(self, sessions: DataFrame) -> None:
         """A session that ended or timed out leaves the live table."""
         closed = sessions.filter(F.col("s.status") != "open").select("topic", "session", "seq")
-        target = DeltaTable.forPath(self.spark, self.path(CURRENT_ROWS))
+        target = DeltaTable.forPath(self._writer(CURRENT_ROWS), self.path(CURRENT_ROWS))
         (target.alias("t").merge(closed.alias("s"), "t.topic = s.topic AND t.session = s.session")
          .whenMatchedDelete(condition="t.seq <= s.seq")
          .execute())
@@ -193,14 +211,33 @@ class DeltaSinks:
         )
         cols = _names(SESSIONS_DDL)
         assign = {c: f"s.`{c}`" for c in cols}
-        target = DeltaTable.forPath(self.spark, self.path(SESSIONS))
+        target = DeltaTable.forPath(self._writer(SESSIONS), self.path(SESSIONS))
         (target.alias("t").merge(source.alias("s"), "t.topic = s.topic AND t.session = s.session")
          .whenMatchedUpdate(condition="s.last_seq >= t.last_seq OR t.status <> 'open'", set=assign)
          .whenNotMatchedInsertAll()
          .execute())
 
     def _txn(self, batch_id: int, table: str):
-        return _DeltaTxn(self.spark, f"{self.app_id}-{table}", batch_id)
+        return _DeltaTxn(self._writer(table.removesuffix("-closed")), f"{self.app_id}-{table}", batch_id)
+
+
+def _session_like(spark: SparkSession) -> SparkSession:
+    """A session on the same context with the same runtime SQL settings (``newSession`` alone
+    starts from the context's conf, without settings made since)."""
+    session = spark.newSession()
+    for key, value in spark.conf.getAll.items():
+        if spark.conf.isModifiable(key):
+            session.conf.set(key, value)
+    return session
+
+
+def _side_by_side(*writes) -> None:
+    """Run independent table writes in threads that inherit the batch's job group (stopping the
+    query cancels them too); wait for all; raise the first failure."""
+    with ThreadPoolExecutor(len(writes), thread_name_prefix="delta-sink") as pool:
+        futures = [pool.submit(inheritable_thread_target(write)) for write in writes]
+    for future in futures:
+        future.result()
 
 
 class _DeltaTxn:
