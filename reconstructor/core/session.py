@@ -9,6 +9,7 @@ is returned, not applied: the caller fails the query on it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -135,9 +136,12 @@ def process_batch(
 
     # 4. Apply the valid prefix; a delete of an unknown row inside it comes first.
     valid = msgs.iloc[:cut]
-    keys = pd.MultiIndex.from_frame(df[["partition", "offset"]])
-    rows = df[keys.isin(pd.MultiIndex.from_frame(valid[["partition", "offset"]]))]
-    table = state.table if state is not None else schema.empty_frame()
+    if cut == n:
+        rows = df  # the common case: every message of the batch applies
+    else:
+        keys = pd.MultiIndex.from_frame(df[["partition", "offset"]])
+        rows = df[keys.isin(pd.MultiIndex.from_frame(valid[["partition", "offset"]]))]
+    table = state.table if state is not None else _empty_table(schema).copy()
     applied = _apply(valid, rows, table, schema, state)
     if isinstance(applied, tuple) and isinstance(applied[0], IntegrityViolation):
         bad_row, detail = applied[0], applied[1]
@@ -227,8 +231,15 @@ def _apply(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: 
         return empty_changes(schema), table
     changes = pd.concat([p[list(CHANGE) + names] for p in pieces], ignore_index=True)
     changes = coerce_columns(changes, schema)
-    return changes.astype({"partition": "int64", "offset": "int64", "seq": "int64",
-                           "row_pos": "int64"}), table
+    # astype copies every column of the frame, even for a no-op: cast only what needs it.
+    ints = {c: "int64" for c in ("partition", "offset", "seq", "row_pos") if changes[c].dtype != "int64"}
+    return (changes.astype(ints) if ints else changes), table
+
+
+@functools.lru_cache(maxsize=8)
+def _empty_table(schema: RowSchema) -> pd.DataFrame:
+    """A new session's table, built once per schema (building it costs more than copying it)."""
+    return schema.empty_frame()
 
 
 def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame, names: list[str]):

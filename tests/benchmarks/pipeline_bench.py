@@ -111,30 +111,38 @@ def throughput(spark, args, work: Path) -> dict:
     # reconstructor Spark's Python workers) so the measured runs are steady-state, as the peer is.
     _stateless_limit(spark, pattern, work / "warm-limit", args.max_offsets)
     _reconstructor(spark, pattern, work / "warm-reconstructor", args.max_offsets)
-    results = {}
-    limit_s, _ = _stateless_limit(spark, pattern, work / "limit", args.max_offsets)
-    results["stateless_limit"] = {"seconds": limit_s, "updates_per_s": updates / limit_s,
-                                  "rows_written": _rows_written(spark, str(work / "limit/out/row_changes"))}
-    print(f"stateless limit: {limit_s:.1f}s", flush=True)
-    recon_s, progress = _reconstructor(spark, pattern, work / "recon", args.max_offsets)
-    results["reconstructor"] = {
-        "seconds": recon_s, "updates_per_s": updates / recon_s, "batches": len(progress),
-        "rows_written": _rows_written(spark, str(work / "recon/out/row_changes")),
-        "batch_ms_median": statistics.median(p["durationMs"]["triggerExecution"] for p in progress),
+    # Each engine runs --repeat times on the same topics, alternating, and the median counts: one
+    # run on a 2-core machine moves by a second either way.
+    limits, recons, peers, progress = [], [], [], []
+    for i in range(args.repeat):
+        limits.append(_stateless_limit(spark, pattern, work / f"limit-{i}", args.max_offsets)[0])
+        print(f"stateless limit: {limits[-1]:.1f}s", flush=True)
+        seconds, progress = _reconstructor(spark, pattern, work / f"recon-{i}", args.max_offsets)
+        recons.append(seconds)
+        print(f"reconstructor: {seconds:.1f}s in {len(progress)} batches", flush=True)
+        started = time.perf_counter()
+        counts = run_peer(localstack.bootstrap_servers(), pattern, str(work / f"peer-{i}" / "row_changes"),
+                          RowSchema.load(), group=f"peer-{uuid.uuid4().hex[:8]}")
+        peers.append(time.perf_counter() - started)
+        print(f"peer: {peers[-1]:.1f}s", flush=True)
+    limit_s, recon_s, peer_s = (statistics.median(x) for x in (limits, recons, peers))
+    results = {
+        "stateless_limit": {"seconds": limit_s, "runs": limits, "updates_per_s": updates / limit_s,
+                            "rows_written": _rows_written(spark, str(work / "limit-0/out/row_changes"))},
+        "reconstructor": {
+            "seconds": recon_s, "runs": recons, "updates_per_s": updates / recon_s, "batches": len(progress),
+            "rows_written": _rows_written(spark, str(work / "recon-0/out/row_changes")),
+            "batch_ms_median": statistics.median(p["durationMs"]["triggerExecution"] for p in progress),
+        },
+        "peer": {"seconds": peer_s, "runs": peers, "updates_per_s": counts["updates"] / peer_s,
+                 "rows_written": counts["row_changes"], "writer": "delta-rs (deltalake.write_deltalake)"},
     }
-    print(f"reconstructor: {recon_s:.1f}s in {len(progress)} batches", flush=True)
-    started = time.perf_counter()
-    counts = run_peer(localstack.bootstrap_servers(), pattern, str(work / "peer" / "row_changes"),
-                      RowSchema.load(), group=f"peer-{uuid.uuid4().hex[:8]}")
-    peer_s = time.perf_counter() - started
-    results["peer"] = {"seconds": peer_s, "updates_per_s": counts["updates"] / peer_s,
-                       "rows_written": counts["row_changes"], "writer": "delta-rs (deltalake.write_deltalake)"}
-    print(f"peer: {peer_s:.1f}s", flush=True)
     rc = results["reconstructor"]["updates_per_s"]
     return {
         "fleet": {"messages": len(messages), "updates": updates, "sensors": args.sensors,
                   "sessions_per_sensor": args.sessions, "rows": args.rows, "rows_per_update": args.rows_per_update,
-                  "partitions_per_topic": PARTITIONS, "max_offsets_per_trigger": args.max_offsets},
+                  "partitions_per_topic": PARTITIONS, "max_offsets_per_trigger": args.max_offsets,
+                  "repeat": args.repeat},
         **results,
         "ratio_reconstructor_to_limit": rc / results["stateless_limit"]["updates_per_s"],
         "ratio_reconstructor_to_peer": rc / results["peer"]["updates_per_s"],
@@ -219,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=1000, help="update messages per session")
     p.add_argument("--rows-per-update", type=int, default=3)
     p.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: none)")
+    p.add_argument("--repeat", type=int, default=3, help="measured runs of each engine; the median counts")
     p.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000, 100000])
     p.add_argument("--rounds", type=int, default=3, help="measured batches per state size")
     p.add_argument("--load-batch", type=int, default=50_000, help="maxOffsetsPerTrigger while loading state")
@@ -236,9 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.which in ("all", "throughput"):
             out["throughput"] = throughput(spark, args, work / "throughput")
             t = out["throughput"]
-            print("\n| run | seconds | updates/s |\n|---|---:|---:|")
+            print("\n| run | seconds, median (runs) | updates/s |\n|---|---:|---:|")
             for name in ("reconstructor", "stateless_limit", "peer"):
-                print(f"| {name} | {t[name]['seconds']:.1f} | {t[name]['updates_per_s']:,.0f} |")
+                runs = ", ".join(f"{r:.1f}" for r in t[name]["runs"])
+                print(f"| {name} | {t[name]['seconds']:.1f} ({runs}) | {t[name]['updates_per_s']:,.0f} |")
             print(f"reconstructor / limit = {t['ratio_reconstructor_to_limit']:.2f}, "
                   f"reconstructor / peer = {t['ratio_reconstructor_to_peer']:.2f}\n", flush=True)
         if args.which in ("all", "scaling"):
