@@ -11,7 +11,7 @@ import uuid
 
 from reconstructor import validate
 from reconstructor.config import Config
-from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.pipeline import PipelineSettings, await_query, duration_ms
 
 log = logging.getLogger("reconstructor")
@@ -178,7 +178,7 @@ def _offsets_from_last_snapshot(cfg: Config) -> str:
                 .agg({"snapshot_offset": "min"}).collect())
     except Exception as exc:
         raise ReconstructorError(f"cannot read the sessions table under {cfg.output}: "
-                                 f"{str(exc).splitlines()[0]}") from None
+                                 f"{error_line(exc)}") from None
     offsets: dict[str, dict[str, int]] = {
         topic: {str(p): -2 for p in parts} for topic, parts in _partitions(cfg).items()}
     for r in rows:

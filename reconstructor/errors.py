@@ -24,3 +24,13 @@ class IntegrityViolationError(ReconstructorError):
     """The query stopped on a loss of integrity; the message is the violation's own line."""
 
     exit_code = EXIT_INTEGRITY
+
+
+def error_line(exc: BaseException, limit: int = 300) -> str:
+    """The line of an error worth showing: py4j's own "An error occurred while calling o95.execute."
+    names no cause, the Java exception on the next line does."""
+    for line in str(exc).splitlines():
+        line = line.strip().lstrip(":").strip()
+        if line and not line.startswith("An error occurred while calling"):
+            return line[:limit]
+    return type(exc).__name__

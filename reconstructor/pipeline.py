@@ -66,7 +66,7 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
     schema = RowSchema.load(settings.row_schema)
     sinks = DeltaSinks.for_query(spark, settings.output, schema, settings.checkpoint,
                                  dedupe_changes=settings.dedupe_changes)
-    sinks.ensure_tables()
+    sinks.start_creating_tables()
     raw = kafka_stream(
         spark,
         bootstrap_servers=settings.bootstrap_servers,
@@ -98,6 +98,16 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
     else:
         duration_ms(settings.trigger)
         writer = writer.trigger(processingTime=settings.trigger)
+    query = _start(spark, writer, settings)
+    try:
+        sinks.await_tables()  # created while the query planned and began its first batch
+    except ReconstructorError:
+        query.stop()
+        raise
+    return query
+
+
+def _start(spark: SparkSession, writer, settings: PipelineSettings) -> StreamingQuery:
     if not available_now(settings.trigger):
         return writer.start()
     # With processing-time timeouts Spark would run no-data batches forever (they are how timeouts

@@ -9,7 +9,7 @@ re-run after a crash neither loses nor repeats a change.
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
-from reconstructor.errors import IntegrityViolationError
+from reconstructor.errors import IntegrityViolationError, ReconstructorError, error_line
 from reconstructor.schema import RowSchema
 from reconstructor.spark.stateful import CHANGE_RECORD, SESSION_INFO_DDL, SESSION_RECORD, VIOLATION_RECORD
 
@@ -71,6 +71,7 @@ class DeltaSinks:
     #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.
     dedupe_changes: bool = False
     _writers: dict[str, SparkSession] = field(default_factory=dict, init=False, repr=False)
+    _tables: Future | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def for_query(cls, spark: SparkSession, output: str, schema: RowSchema, checkpoint: str,
@@ -106,6 +107,26 @@ class DeltaSinks:
         with ThreadPoolExecutor(len(specs), thread_name_prefix="create-table") as pool:
             list(pool.map(lambda spec: create(*spec), specs))
 
+    def start_creating_tables(self) -> None:
+        """``ensure_tables`` in the background; ``await_tables`` and the first write wait for it.
+
+        Creating (or finding) three tables is a few driver round trips each; in the background it
+        overlaps the query's start and its first batch's parse instead of delaying both.
+        """
+        pool = ThreadPoolExecutor(1, thread_name_prefix="ensure-tables")
+        self._tables = pool.submit(inheritable_thread_target(self.ensure_tables))
+        pool.shutdown(wait=False)
+
+    def await_tables(self) -> None:
+        """Wait for ``start_creating_tables``; its failure as one line."""
+        if self._tables is None:
+            return
+        try:
+            self._tables.result()
+        except Exception as exc:  # noqa: BLE001 - any failure here is the output's
+            raise ReconstructorError(
+                f"cannot create the output tables under {self.output}: {error_line(exc)}") from exc
+
     # ------------------------------------------------------------------------------------------
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -125,6 +146,7 @@ class DeltaSinks:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
             if stats.violation is not None:
                 raise IntegrityViolationError(stats.violation)
+            self.await_tables()
             changes = batch.filter(F.col("record") == CHANGE_RECORD)
             current = changes.filter(F.col("is_latest"))
             sessions = (batch.filter(F.col("record") == SESSION_RECORD)

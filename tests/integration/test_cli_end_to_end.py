@@ -56,3 +56,18 @@ def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stac
     last = failed.stderr.strip().splitlines()[-1]
     assert last.startswith(f"reconstructor: INTEGRITY VIOLATION GAP topic={bad}0 partition=")
     assert f"session={bad}0-session-" in last and "expected_seq=" in last and "found_seq=" in last
+
+
+def test_run_names_the_output_it_cannot_create_its_tables_in(stack, run_id, tmp_path):
+    """Tables are created while the query starts; a failure still ends the run with one line."""
+    prefix = f"nobucket{run_id}-sensor-"
+    produced = cli("produce", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-prefix", prefix,
+                   "--sensors", "1", "--sessions", "1", "--rows", "3", "--updates", "2")
+    assert produced.returncode == 0, produced.stderr
+    ran = cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"{prefix}[0-9]+",
+              "--output", "s3a://no-such-bucket/out", "--checkpoint", str(tmp_path / "chk"),
+              "--compact-every", "off")
+    assert ran.returncode == 1, ran.stderr[-2000:]
+    (line,) = [x for x in ran.stderr.splitlines() if x.startswith("reconstructor:")]
+    assert line.startswith("reconstructor: cannot create the output tables under s3a://no-such-bucket/out: ")
+    assert "Exception" in line  # the cause (no credentials or no bucket), not py4j's "An error occurred"
