@@ -114,7 +114,7 @@ class DeltaSinks:
         overlaps the query's start and its first batch's parse instead of delaying both.
         """
         pool = ThreadPoolExecutor(1, thread_name_prefix="ensure-tables")
-        self._tables = pool.submit(inheritable_thread_target(self.ensure_tables))
+        self._tables = pool.submit(inheritable_thread_target(self.spark)(self.ensure_tables))
         pool.shutdown(wait=False)
 
     def await_tables(self) -> None:
@@ -153,6 +153,7 @@ class DeltaSinks:
                         .withColumn("s", F.from_json("info", SESSION_INFO_DDL)))
             self._append_changes(changes, batch_id)
             _side_by_side(
+                self.spark,
                 lambda: self._write_current_rows(current, sessions, batch_id, closed=stats.closed > 0),
                 lambda: self._write_sessions(sessions, batch_id),
             )
@@ -253,11 +254,11 @@ def _session_like(spark: SparkSession) -> SparkSession:
     return session
 
 
-def _side_by_side(*writes) -> None:
+def _side_by_side(spark: SparkSession, *writes) -> None:
     """Run independent table writes in threads that inherit the batch's job group (stopping the
     query cancels them too); wait for all; raise the first failure."""
     with ThreadPoolExecutor(len(writes), thread_name_prefix="delta-sink") as pool:
-        futures = [pool.submit(inheritable_thread_target(write)) for write in writes]
+        futures = [pool.submit(inheritable_thread_target(spark)(write)) for write in writes]
     for future in futures:
         future.result()
 
