@@ -4,6 +4,11 @@ The micro-batch is persisted once, so the stateful step runs once per batch.  A 
 fails the batch before any table is touched.  The append uses Delta's idempotent writes
 (``txnAppId``/``txnVersion`` = batch id) and the MERGEs are guarded by ``seq``, so a batch that is
 re-run after a crash neither loses nor repeats a change.
+
+After the append, the ``current_rows`` and ``sessions`` MERGEs run side by side: each is its own
+Delta transaction on its own table, and much of a MERGE is driver-side planning and commit that
+the other can fill.  Delta takes the idempotent-DML settings from the session conf, so each MERGE
+thread writes through its own ``SparkSession`` (same context and cache, own conf).
 """
 
 from __future__ import annotations
