@@ -206,7 +206,7 @@ class Cluster:
                 time.sleep(0.2)
         for d in daemons:
             if _group_alive(d.pid):
-                _signal_group(d.pid, signal.SIGKILL)
+                _signal(d.pid, signal.SIGKILL, group=True)
         for d in daemons:
             if d.proc is not None:
                 try:
@@ -356,20 +356,12 @@ def _group_alive(pgid: int | None) -> bool:
     return False
 
 
-def _signal(pid: int | None, sig: int) -> None:
+def _signal(pid: int | None, sig: int, *, group: bool = False) -> None:
+    """Signal a process (or, with ``group``, its process group) that may already be gone."""
     if pid is None:
         return
     try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _signal_group(pgid: int | None, sig: int) -> None:
-    if pgid is None:
-        return
-    try:
-        os.killpg(pgid, sig)
+        (os.killpg if group else os.kill)(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 

@@ -13,6 +13,7 @@ thread writes through its own ``SparkSession`` (same context and cache, own conf
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -109,8 +110,7 @@ class DeltaSinks:
             builder.execute()
 
         # Three independent tables: create them side by side (mostly driver round trips).
-        with ThreadPoolExecutor(len(specs), thread_name_prefix="create-table") as pool:
-            list(pool.map(lambda spec: create(*spec), specs))
+        _side_by_side(self.spark, *[functools.partial(create, *spec) for spec in specs])
 
     def start_creating_tables(self) -> None:
         """``ensure_tables`` in the background; ``await_tables`` and the first write wait for it.
@@ -174,7 +174,7 @@ class DeltaSinks:
         with self._txn(batch_id, CURRENT_ROWS):
             self._merge_current_rows(current)
         if closed:  # after the MERGE, so a closing session's last changes land before it leaves
-            with self._txn(batch_id, f"{CURRENT_ROWS}-closed"):
+            with self._txn(batch_id, CURRENT_ROWS, step="-closed"):
                 self._delete_closed_sessions(sessions)
 
     def _write_sessions(self, sessions: DataFrame, batch_id: int) -> None:
@@ -245,8 +245,10 @@ class DeltaSinks:
          .whenNotMatchedInsertAll()
          .execute())
 
-    def _txn(self, batch_id: int, table: str):
-        return _DeltaTxn(self._writer(table.removesuffix("-closed")), f"{self.app_id}-{table}", batch_id)
+    def _txn(self, batch_id: int, table: str, step: str = ""):
+        """Idempotency for one Delta transaction on ``table``; ``step`` tells apart a second one
+        on the same table in the same batch."""
+        return _DeltaTxn(self._writer(table), f"{self.app_id}-{table}{step}", batch_id)
 
 
 def _session_like(spark: SparkSession) -> SparkSession:
@@ -260,7 +262,7 @@ def _session_like(spark: SparkSession) -> SparkSession:
 
 
 def _side_by_side(spark: SparkSession, *writes) -> None:
-    """Run independent table writes in threads that inherit the batch's job group (stopping the
+    """Run independent table writes in threads that inherit the caller's job group (stopping the
     query cancels them too); wait for all; raise the first failure."""
     with ThreadPoolExecutor(len(writes), thread_name_prefix="delta-sink") as pool:
         futures = [pool.submit(inheritable_thread_target(spark)(write)) for write in writes]
