@@ -8,9 +8,28 @@ flat, typed columns (one row per message row) instead of nested objects.
 
 Each field's JSON type is computed once into its own column and the checks refer to those
 columns: one large nested expression would cost more to compile than to run.
+
+Those checks are exhaustive and slow: Spark re-encodes a variant for every map, array and type
+lookup.  So a message first takes a fast path, and only the ones it cannot vouch for are checked:
+
+- ``schema_of_variant`` of the whole message (one walk; keys sorted; the rows' types merged, where
+  any two JSON types that cannot both be valid merge to VARIANT and JSON null merges away) must
+  match a pattern of only the known fields and columns with their accepted JSON types
+  (``message_shape_pattern``);
+- the message is read once more by ``from_json`` into typed columns (Jackson, compiled), and the
+  checks the shape cannot carry (present fields, seq not negative, known type, parseable
+  timestamps, non-empty ids, op upsert or delete and never JSON null, no values on a delete, no rows
+  on an end) run on those.
+
+A vouched message takes its values from ``from_json``, which reads every value of an accepted JSON
+type exactly as the checked path does.  Any other message takes the exhaustive path unchanged, so
+the fast path can make a record cheaper but never change its result: ``parse_records(...,
+fast_path=False)`` is the reference the tests compare it with.
 """
 
 from __future__ import annotations
+
+import re
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -67,9 +86,39 @@ def _has(var: str, name: str) -> Column:
     return F.expr(f"variant_get({var}, '$.{name}') IS NOT NULL AND NOT is_variant_null(variant_get({var}, '$.{name}'))")
 
 
+def _fast_or_checked(fast: str, checked: str | Column, name: str | None = None) -> Column:
+    """The fast path's value for a vouched message, the checked path's otherwise."""
+    checked_col = F.col(checked) if isinstance(checked, str) else checked
+    return F.when(F.col("msg_ok"), F.expr(fast)).otherwise(checked_col).alias(name or checked)
+
+
+def _typed_value(col) -> str:
+    value = f"t.`values`.`{col.name}`"
+    return f"try_cast({value} AS TIMESTAMP)" if col.type == "timestamp" else value
+
+
 def _first_error(checks: list[tuple[str, str]]) -> Column:
     """CASE WHEN <bad> THEN <reason> ... END: the first failing check's reason, else null."""
     return F.expr("CASE " + " ".join(f"WHEN {c} THEN {r}" for c, r in checks) + " END")
+
+
+def _interpreted(col: Column) -> Column:
+    """``col``, evaluated by Spark's interpreter instead of its generated code.
+
+    For the error texts of the checked path: evaluated only for a malformed record, just before
+    the query fails, and big enough that in generated code they pushed the stage's method past
+    the 8000 bytes of bytecode beyond which the JVM stops compiling it (every record then ran
+    interpreted bytecode).  A lambda body is never code-generated.
+    """
+    return F.element_at(F.transform(F.array(F.lit(0)), lambda _: col), 1)
+
+
+def _first_row_error(checks: list[tuple[str, str]]) -> Column:
+    """``rows[<row_pos>`` and the first failing check's reason (which goes on from there), else null.
+
+    The prefix is built once rather than in every reason: the generated code of this expression is
+    one method, and past 8000 bytes of bytecode the JVM stops compiling it."""
+    return F.concat(F.lit("rows["), F.col("row_pos").cast("string"), _first_error(checks))
 
 
 def _present(t: str) -> str:
@@ -88,14 +137,100 @@ def _column_ok(col, t: str) -> str:
     return f"{t} = 'STRING'"
 
 
-def parse_records(kafka: DataFrame, schema: RowSchema) -> DataFrame:
-    """Columns: topic, group_session, then ``reconstructor.core.frames.INPUT`` and the row columns."""
+# How ``schema_of_variant`` prints each JSON type a column accepts (VOID is JSON null): never more
+# than ``_column_ok`` accepts, so a match never lets through what the checks reject.
+_SHAPE_TYPES = {
+    "double": r"(?:TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)|VOID)",
+    "long": "(?:TINYINT|SMALLINT|INT|BIGINT|VOID)",
+    "boolean": "(?:BOOLEAN|VOID)",
+    "string": "(?:STRING|VOID)",
+    "timestamp": "(?:STRING|VOID)",
+}
+
+
+def _shape_name(name: str) -> str:
+    """A key as ``schema_of_variant`` prints it (backquoted unless plain), escaped for a Java regex."""
+    printed = name if re.fullmatch(r"[A-Za-z0-9_]+", name) else "`" + name.replace("`", "``") + "`"
+    return "".join(c if c.isalnum() or c == "_" else "\\" + c for c in printed)
+
+
+def _fields(*alternatives: str) -> str:
+    """One or more ``, ``-separated fields, each one of ``alternatives`` (keys never repeat)."""
+    one = "|".join(alternatives)
+    return f"(?:{one})(?:, (?:{one}))*"
+
+
+def message_shape_pattern(schema: RowSchema) -> str:
+    """The anchored regex that ``schema_of_variant`` of a vouched message matches."""
+    column = [f"{_shape_name(c.name)}: {_SHAPE_TYPES[c.type]}" for c in schema.columns]
+    row = _fields("id: STRING", "op: STRING", f"values: (?:VOID|OBJECT<(?:{_fields(*column)})?>)")
+    return "^OBJECT<" + _fields(
+        f"rows: (?:VOID|ARRAY<VOID>|ARRAY<OBJECT<{row}>>)",
+        "seq: (?:TINYINT|SMALLINT|INT|BIGINT)", "session: STRING", "ts: STRING", "type: STRING",
+    ) + ">$"
+
+
+def _typed_rows_ddl(schema: RowSchema) -> str:
+    """``from_json`` type of a message's rows: timestamps as strings (cast as the checked path casts
+    them), ``op`` as a VARIANT, where JSON null and an absent op differ."""
+    cols = ", ".join(f"`{c.name}`: {'STRING' if c.type == 'timestamp' else c.spark_ddl}"
+                     for c in schema.columns)
+    return f"ARRAY<STRUCT<id: STRING, op: VARIANT, `values`: STRUCT<{cols}>>>"
+
+
+def _typed_ddl(schema: RowSchema) -> str:
+    return f"STRUCT<session: STRING, seq: BIGINT, type: STRING, ts: STRING, rows: {_typed_rows_ddl(schema)}>"
+
+
+def _vouched(schema: RowSchema) -> Column:
+    """True for a message the fast path vouches for, else false: its shape matches and its
+    envelope passes.  (Row checks the shape cannot carry run per row: ``_vouched_row_error``.)"""
+    shape_ok = F.expr("schema_of_variant(parsed)").rlike(message_shape_pattern(schema))
+    typed_ok = F.expr(
+        "m.session IS NOT NULL AND m.seq >= 0 AND m.type IN ('snapshot', 'update', 'end') "
+        "AND try_cast(m.ts AS TIMESTAMP) IS NOT NULL AND NOT (m.type = 'end' AND size(m.rows) > 0)")
+    return F.coalesce(shape_ok & typed_ok, F.lit(False))
+
+
+def _vouched_row_error(schema: RowSchema) -> Column:
+    """A vouched message's row error, from its typed row ``t``: the checked path's checks that its
+    shape cannot rule out, in the same order and with the same words."""
+    op = "try_variant_get(t.op, '$', 'string')"
+    checks = [
+        ("t IS NULL", "'] is not an object'"),
+        ("t.id IS NULL OR t.id = ''", "'].id must be a non-empty string'"),
+        (f"t.op IS NOT NULL AND coalesce({op} NOT IN ('upsert', 'delete'), true)",
+         "'].op must be upsert or delete'"),
+        (f"{op} <=> 'delete' AND t.`values` IS NOT NULL",
+         "'] is a delete and carries values'"),
+    ]
+    for c in schema.columns:
+        if c.type == "timestamp":
+            v = f"t.`values`.`{c.name}`"
+            checks.append((
+                f"{v} IS NOT NULL AND try_cast({v} AS TIMESTAMP) IS NULL",
+                f"concat('].values.{c.name} expects timestamp, got STRING ', "
+                f"substr(to_json(CAST({v} AS VARIANT)), 1, 60))"))
+    return _first_row_error(checks)
+
+
+def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True) -> DataFrame:
+    """Columns: topic, group_session, then ``reconstructor.core.frames.INPUT`` and the row columns.
+
+    ``fast_path=False`` runs every check on every record: the reference the tests compare with.
+    """
     env = kafka.select(
         "topic", "partition", "offset",
         F.col("timestamp").alias("kafka_ts"),
         F.col("key").cast("string").alias("key"),
-        F.expr("try_parse_json(CAST(value AS STRING))").alias("v"),
+        F.col("value").cast("string").alias("json"),
     )
+    env = env.select("*", F.expr("try_parse_json(json)").alias("parsed"),
+                     F.from_json("json", _typed_ddl(schema)).alias("m") if fast_path
+                     else F.lit(None).cast(_typed_ddl(schema)).alias("m"))
+    env = env.select("*", (_vouched(schema) if fast_path else F.lit(False)).alias("msg_ok"))
+    # The checked path reads ``v``: null for a vouched message, so each check costs a null test.
+    env = env.select("*", F.expr("CASE WHEN msg_ok THEN NULL ELSE parsed END").alias("v"))
     env = env.select(
         "*",
         F.expr("try_variant_get(v, '$', 'map<string,variant>')").alias("fields"),
@@ -108,7 +243,7 @@ def parse_records(kafka: DataFrame, schema: RowSchema) -> DataFrame:
         F.expr("try_variant_get(v, '$.rows', 'array<variant>')").alias("rows"),
     ).withColumn("unknown_field", _unknown_key("fields", ENVELOPE_FIELDS))
 
-    env_error = _first_error([
+    env_error = _interpreted(_first_error([
         ("v IS NULL", "'value is not valid JSON'"),
         ("fields IS NULL", "concat('value is a JSON ', schema_of_variant(v), ', not an object')"),
         ("unknown_field IS NOT NULL", "concat('unknown field ', unknown_field)"),
@@ -121,21 +256,34 @@ def parse_records(kafka: DataFrame, schema: RowSchema) -> DataFrame:
         ("t_ts IS DISTINCT FROM 'STRING' OR event_ts IS NULL", "'ts must be an RFC 3339 timestamp string'"),
         ("has_rows AND rows IS NULL", "'rows must be an array'"),
         ("type = 'end' AND size(rows) > 0", "'an end message carries no rows'"),
-    ])
-    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "session", "seq", "type",
-                     "event_ts", env_error.alias("env_error"),
-                     F.posexplode_outer("rows").alias("row_pos", "r"))
+    ]))
+    # A vouched message explodes its typed rows (beside null variants); a checked one its variant
+    # rows, each beside its typed twin where from_json has one (it is not used there).
+    env = env.select(
+        "*",
+        F.expr("CASE WHEN msg_ok THEN array_repeat(CAST(NULL AS VARIANT), size(m.rows)) ELSE rows END").alias("vr"),
+        F.expr(f"CASE WHEN msg_ok THEN m.rows ELSE slice(coalesce(m.rows, CAST(array() AS "
+               f"{_typed_rows_ddl(schema)})), 1, size(rows)) END").alias("tr"),
+    )
+    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "msg_ok",
+                     _fast_or_checked("m.session", "session"), _fast_or_checked("m.seq", "seq"),
+                     _fast_or_checked("m.type", "type"),
+                     _fast_or_checked("try_cast(m.ts AS TIMESTAMP)", "event_ts"),
+                     F.when(~F.col("msg_ok"), env_error).alias("env_error"),
+                     F.posexplode_outer(F.arrays_zip("vr", "tr")).alias("row_pos", "pair"))
+    env = env.select("*", F.col("pair.vr").alias("r"), F.col("pair.tr").alias("t"))
 
     rows = env.select(
         "*",
         F.expr("try_variant_get(r, '$', 'map<string,variant>')").alias("rfields"),
         *_field_types("r", SCALAR_ROW_FIELDS, "t_"),
         _has("r", "values").alias("has_values"),
-        _get("r", "$.id", "string").alias("row_id"),
-        _get("r", "$.op", "string").alias("op_raw"),
+        _fast_or_checked("t.id", _get("r", "$.id", "string"), "row_id"),
+        _fast_or_checked("try_variant_get(t.op, '$', 'string')", _get("r", "$.op", "string"), "op_raw"),
         F.expr("try_variant_get(r, '$.values', 'map<string,variant>')").alias("vfields"),
         *_field_types("r", [f"values.{c}" for c in schema.names], "t_"),
-        *[_get("r", f"$.values.{c.name}", c.spark_ddl).alias(c.name) for c in schema.columns],
+        *[_fast_or_checked(_typed_value(c), _get("r", f"$.values.{c.name}", c.spark_ddl), c.name)
+          for c in schema.columns],
     )
     rows = rows.select(
         "*",
@@ -143,28 +291,30 @@ def parse_records(kafka: DataFrame, schema: RowSchema) -> DataFrame:
         _unknown_key("vfields", schema.names).alias("unknown_column"),
     )
     checks = [
-        ("rfields IS NULL", "concat('rows[', row_pos, '] is not an object')"),
+        ("rfields IS NULL", "'] is not an object'"),
         ("unknown_row_field IS NOT NULL",
-         "concat('rows[', row_pos, '] has unknown field ', unknown_row_field)"),
+         "concat('] has unknown field ', unknown_row_field)"),
         ("t_id IS DISTINCT FROM 'STRING' OR row_id = ''",
-         "concat('rows[', row_pos, '].id must be a non-empty string')"),
+         "'].id must be a non-empty string'"),
         ("t_op IS NOT NULL AND (t_op <> 'STRING' OR op_raw NOT IN ('upsert', 'delete'))",
-         "concat('rows[', row_pos, '].op must be upsert or delete')"),
+         "'].op must be upsert or delete'"),
         ("op_raw = 'delete' AND has_values",
-         "concat('rows[', row_pos, '] is a delete and carries values')"),
+         "'] is a delete and carries values'"),
         ("has_values AND vfields IS NULL",
-         "concat('rows[', row_pos, '].values must be an object')"),
+         "'].values must be an object'"),
         ("unknown_column IS NOT NULL",
-         "concat('rows[', row_pos, '].values has unknown column ', unknown_column)"),
+         "concat('].values has unknown column ', unknown_column)"),
     ]
     for col in schema.columns:
         t = f"`t_values.{col.name}`"
         checks.append((
             f"{_present(t)} AND NOT {_column_ok(col, t)}",
-            f"concat('rows[', row_pos, '].values.{col.name} expects {col.type}, got ', {t}, ' ', "
+            f"concat('].values.{col.name} expects {col.type}, got ', {t}, ' ', "
             f"substr(to_json(variant_get(r, '$.values.{col.name}')), 1, 60))",
         ))
-    error = F.coalesce(F.col("env_error"), F.when(F.col("r").isNotNull(), _first_error(checks)))
+    checked = F.coalesce(F.col("env_error"), F.when(F.col("r").isNotNull(), _interpreted(_first_row_error(checks))))
+    vouched = F.when(F.col("row_pos").isNotNull(), _vouched_row_error(schema))
+    error = F.when(F.col("msg_ok"), vouched).otherwise(checked)
     return rows.select(
         "topic",
         F.coalesce("session", "key", F.lit("")).alias("group_session"),

@@ -104,6 +104,10 @@ def build_spark(
         # Each micro-batch is cached once and read a few times within seconds: compressing the
         # cache cost a third of the JVM's time in the stateful stage and saves nothing that matters.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # HotSpot never compiles a method of more than 8000 bytes of bytecode; a whole-stage
+        # codegen method past that runs interpreted, slower than no whole-stage codegen at all.
+        # A wide row schema makes the parse's methods that big.  (Spark's own advice for HotSpot.)
+        "spark.sql.codegen.hugeMethodLimit": "8000",
         # A scheduled job logs; progress bars belong to the CLI's own progress display.
         "spark.ui.showConsoleProgress": "false",
     }

@@ -10,6 +10,8 @@ import datetime as dt
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from reconstructor.schema import RowSchema
 from reconstructor.spark.parse import parse_records
@@ -62,6 +64,26 @@ CASES = [
      'rows[0].values.calibrated_at expects timestamp, got STRING "soon"'),
     ("second row bad", _msg([{"id": "a"}, {"id": "b", "values": {"status": 1}}]),
      "rows[1].values.status expects string, got BIGINT 1"),
+    # Shapes the fast path must not vouch for: JSON null merges away in schema_of_variant, so a
+    # null op, a null row or a bad value beside good ones must still be found.
+    ("null op beside a string op", _msg([{"id": "a", "op": "upsert"}, {"id": "b", "op": None}]),
+     "rows[1].op must be upsert or delete"),
+    ("null row beside an object", _msg([{"id": "a"}, None]), "rows[1] is not an object"),
+    ("null id beside a string id", _msg([{"id": "a"}, {"id": None}]), "rows[1].id must be a non-empty string"),
+    ("delete with values after an upsert", _msg([{"id": "a", "values": {}}, {"id": "b", "op": "delete",
+                                                  "values": {"status": "x"}}]),
+     "rows[1] is a delete and carries values"),
+    ("decimal beside an integer for a long", _msg([{"id": "a", "values": {"reading_count": 1}},
+                                                   {"id": "b", "values": {"reading_count": 2.5}}]),
+     "rows[1].values.reading_count expects long, got DECIMAL"),
+    ("bad timestamp in a valid shape", _msg([{"id": "a", "values": {"calibrated_at": 'so "on" é'}}]),
+     'rows[0].values.calibrated_at expects timestamp, got STRING "so \\"on\\" é"'),
+    ("column named like a field", _msg([{"id": "a", "values": {"id": "x"}}]),
+     "rows[0].values has unknown column id"),
+    ("valid empty values", _msg([{"id": "a", "values": {}}]), None),
+    ("valid null values in every column", _msg([{"id": "a", "values": {
+        "temperature": None, "pressure": None, "humidity": None, "status": None, "reading_count": None,
+        "calibrated_at": None}}]), None),
 ]
 
 
@@ -112,3 +134,83 @@ def test_valid_values_come_out_typed_and_exact(spark):
     assert b.reading_count == 9007199254740993
     assert b.calibrated_at == dt.datetime(2026, 11, 21, 10, 0, 0, 123456)
     assert c.op == "delete" and c.temperature is None and c.reading_count is None
+
+
+# Messages for the fast-path property: mostly valid, each part sometimes missing, null, of the wrong
+# JSON type or unknown, so that both paths see every check fail alone and together.
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+                     st.sampled_from(["2026-11-21T10:00:00Z", "2026-11-21T11:30:00.5+01:00", "soon", ""]))
+_ANY = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=2), st.dictionaries(st.text(max_size=3), _SCALARS, max_size=2))
+_ABSENT = object()
+
+
+def _maybe(valid, rare=_ANY):
+    return st.one_of(valid, valid, valid, valid, rare, st.just(_ABSENT))
+
+
+_VALUE = {
+    "double": st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False, allow_infinity=False)),
+    "long": st.integers(-2**63, 2**63 - 1),
+    "string": st.text(max_size=12),
+    "boolean": st.booleans(),
+    "timestamp": st.sampled_from(["2026-11-21T10:00:00Z", "2025-01-01T00:00:00.123456+05:30"]),
+}
+
+
+@st.composite
+def _message(draw):
+    schema = RowSchema.load()
+    if draw(st.integers(0, 30)) == 0:
+        return draw(st.sampled_from(["{not json", "[1, 2]", '"text"', "", '{"session": "s1", "session": "s2"}',
+                                     '{"session": "s1", "seq": 1, "type": "end", "ts": "2026-11-21T10:00:00Z"} x']))
+
+    def obj(fields):
+        return {k: v for k, v in fields.items() if v is not _ABSENT}
+
+    def values():
+        cols = {c.name: draw(_maybe(_VALUE[c.type], _SCALARS)) for c in schema.columns}
+        if draw(st.integers(0, 10)) == 0:
+            cols[draw(st.sampled_from(["colour", "id", "Temperature", "a b"]))] = 1
+        return obj(cols)
+
+    def row():
+        if draw(st.integers(0, 20)) == 0:
+            return draw(_SCALARS)
+        fields = {"id": draw(_maybe(st.sampled_from(["a", "b", "c"]), st.sampled_from(["", None, 5]))),
+                  "op": draw(st.one_of(st.just(_ABSENT), st.just(_ABSENT), st.sampled_from(["upsert", "delete"]),
+                                       st.sampled_from([None, "merge", 1]))),
+                  "values": values() if draw(st.integers(0, 8)) else draw(st.sampled_from([None, [1], "x", _ABSENT]))}
+        if draw(st.integers(0, 15)) == 0:
+            fields["colour"] = 1
+        return obj(fields)
+
+    env = obj({"session": draw(_maybe(st.just("s1"), st.sampled_from([5, None]))),
+               "seq": draw(_maybe(st.integers(0, 2**40), st.sampled_from([-1, 1.5, "7", None]))),
+               "type": draw(_maybe(st.sampled_from(["snapshot", "update", "end"]), st.sampled_from(["upsert", 3]))),
+               "ts": draw(_maybe(st.just("2026-11-21T10:00:00Z"), st.sampled_from(["yesterday", 5]))),
+               "rows": draw(_maybe(st.lists(st.builds(row), max_size=4), st.sampled_from([None, {"id": "a"}, 5])))})
+    if draw(st.integers(0, 15)) == 0:
+        env["extra"] = 1
+    return json.dumps(env)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(messages=st.lists(_message(), min_size=1, max_size=60))
+def test_fast_path_never_changes_a_result(spark, messages):
+    """Every output column of every record is what the exhaustive checks alone give."""
+    kafka_ts = dt.datetime(2026, 11, 21, 10, 0, 0)
+    records = [("parse-t", 0, i, kafka_ts, b"s1", m.encode()) for i, m in enumerate(messages)]
+    df = spark.createDataFrame(records, "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+                                        "key BINARY, value BINARY")
+    schema = RowSchema.load()
+
+    def rows(fast_path: bool):
+        out = parse_records(df, schema, fast_path=fast_path).collect()
+        return sorted((tuple(r) for r in out), key=lambda t: (t[3], -1 if t[10] is None else t[10]))
+
+    fast, checked = rows(True), rows(False)
+    assert len(fast) == len(checked)
+    for f, c in zip(fast, checked):
+        assert f == c, (messages[f[3]], f, c)
