@@ -12,6 +12,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
 from reconstructor.schema import RowSchema
 from reconstructor.spark.parse import parse_records
@@ -207,7 +208,10 @@ def test_fast_path_never_changes_a_result(spark, messages):
     schema = RowSchema.load()
 
     def rows(fast_path: bool):
-        out = parse_records(df, schema, fast_path=fast_path).collect()
+        parsed = parse_records(df, schema, fast_path=fast_path)
+        # Timestamps as microseconds: a malformed record's junk may be a year Python cannot hold.
+        out = parsed.select([F.unix_micros(c).alias(c) if t == "timestamp" else F.col(c)
+                             for c, t in parsed.dtypes]).collect()
         return sorted((tuple(r) for r in out), key=lambda t: (t[3], -1 if t[10] is None else t[10]))
 
     fast, checked = rows(True), rows(False)
