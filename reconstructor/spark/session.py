@@ -98,6 +98,11 @@ def build_spark(
         # Hours, Kafka timestamps and event times are all UTC.
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Rows per Arrow batch to and from the state function's Python workers (Spark's default is
+        # 10,000): fewer, larger batches cost pyspark less per row; a 40k-message batch ran about
+        # 0.5-1 s faster with 100,000 on 2 cores.  A session's rows still arrive in several frames
+        # when there are more.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.sql.shuffle.partitions": str(shuffle_partitions or _default_shuffle_partitions()),
         # Delta rebuilds table snapshots with this many tasks; 50 is sized for big clusters.
         "spark.databricks.delta.snapshotPartitions": str(max(2, os.cpu_count() or 2)),
