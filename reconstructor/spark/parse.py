@@ -205,10 +205,10 @@ def _vouched_row_error(schema: RowSchema) -> Column:
          "'] is a delete and carries values'"),
     ]
     for c in schema.columns:
-        if c.type == "timestamp":
+        if c.type == "timestamp":  # the column itself is the string cast (``_typed_value``)
             v = f"t.`values`.`{c.name}`"
             checks.append((
-                f"{v} IS NOT NULL AND try_cast({v} AS TIMESTAMP) IS NULL",
+                f"{v} IS NOT NULL AND `{c.name}` IS NULL",
                 f"concat('].values.{c.name} expects timestamp, got STRING ', "
                 f"substr(to_json(CAST({v} AS VARIANT)), 1, 60))"))
     return _first_row_error(checks)

@@ -24,6 +24,14 @@ TS = "2026-11-21T10:00:00Z"
 _NO_ROWS = object()
 
 
+def _records(spark, values: list[str]):
+    """A DataFrame with the Kafka source's columns: one record per value, offsets 0, 1, ..."""
+    kafka_ts = dt.datetime(2026, 11, 21, 10, 0, 0)
+    return spark.createDataFrame(
+        [("parse-t", 0, i, kafka_ts, b"s1", v.encode()) for i, v in enumerate(values)],
+        "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY")
+
+
 def _msg(rows=_NO_ROWS, **over) -> str:
     m = {"session": "s1", "seq": 1, "type": "update", "ts": TS}
     if rows is not _NO_ROWS:
@@ -89,10 +97,7 @@ CASES = [
 
 
 def test_each_malformed_shape_has_its_reason_and_valid_ones_none(spark):
-    kafka_ts = dt.datetime(2026, 11, 21, 10, 0, 0)
-    records = [("parse-t", 0, i, kafka_ts, b"s1", value.encode()) for i, (_, value, _) in enumerate(CASES)]
-    df = spark.createDataFrame(records, "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
-                                        "key BINARY, value BINARY")
+    df = _records(spark, [value for _, value, _ in CASES])
     parsed = parse_records(df, RowSchema.load()).select("offset", "row_pos", "error").collect()
     errors: dict[int, set] = {}
     for r in parsed:
@@ -118,9 +123,7 @@ def test_valid_values_come_out_typed_and_exact(spark):
         {"id": "c", "op": "delete"},
     ]
     value = _msg(rows, seq=3000000000, ts="2026-11-21T09:59:59.5Z")
-    df = spark.createDataFrame([("parse-t", 0, 0, dt.datetime(2026, 11, 21, 10), b"s1", value.encode())],
-                               "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
-                               "key BINARY, value BINARY")
+    df = _records(spark, [value])
     out = {r.row_id: r for r in parse_records(df, RowSchema.load()).collect()}
     assert {r.error for r in out.values()} == {None}
     a, b, c = out["a"], out["b"], out["c"]
@@ -201,10 +204,7 @@ def _message(draw):
 @given(messages=st.lists(_message(), min_size=1, max_size=60))
 def test_fast_path_never_changes_a_result(spark, messages):
     """Every output column of every record is what the exhaustive checks alone give."""
-    kafka_ts = dt.datetime(2026, 11, 21, 10, 0, 0)
-    records = [("parse-t", 0, i, kafka_ts, b"s1", m.encode()) for i, m in enumerate(messages)]
-    df = spark.createDataFrame(records, "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
-                                        "key BINARY, value BINARY")
+    df = _records(spark, messages)
     schema = RowSchema.load()
 
     def rows(fast_path: bool):
