@@ -107,10 +107,12 @@ def throughput(spark, args, work: Path) -> dict:
     print(f"fleet: {len(messages):,} messages ({updates:,} updates) on {args.sensors} topics x "
           f"{PARTITIONS} partitions, published in {publish_s:.1f}s", flush=True)
 
-    # Warm each engine once on the same topics (JVM codegen, Delta, the Kafka client, and for the
-    # reconstructor Spark's Python workers) so the measured runs are steady-state, as the peer is.
-    _stateless_limit(spark, pattern, work / "warm-limit", args.max_offsets)
-    _reconstructor(spark, pattern, work / "warm-reconstructor", args.max_offsets)
+    # Warm each engine on the same topics (JVM codegen, Delta, the Kafka client, and for the
+    # reconstructor Spark's Python workers) so the measured runs are closer to steady state, as
+    # the peer is.  HotSpot keeps compiling for several runs: --warmup 3 or more shows a warmer JVM.
+    for i in range(args.warmup):
+        _stateless_limit(spark, pattern, work / f"warm-limit-{i}", args.max_offsets)
+        _reconstructor(spark, pattern, work / f"warm-reconstructor-{i}", args.max_offsets)
     # Each engine runs --repeat times on the same topics, alternating, and the median counts: one
     # run on a 2-core machine moves by a second either way.
     limits, recons, peers, progress = [], [], [], []
@@ -142,7 +144,7 @@ def throughput(spark, args, work: Path) -> dict:
         "fleet": {"messages": len(messages), "updates": updates, "sensors": args.sensors,
                   "sessions_per_sensor": args.sessions, "rows": args.rows, "rows_per_update": args.rows_per_update,
                   "partitions_per_topic": PARTITIONS, "max_offsets_per_trigger": args.max_offsets,
-                  "repeat": args.repeat},
+                  "repeat": args.repeat, "warmup": args.warmup},
         **results,
         "ratio_reconstructor_to_limit": rc / results["stateless_limit"]["updates_per_s"],
         "ratio_reconstructor_to_peer": rc / results["peer"]["updates_per_s"],
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-per-update", type=int, default=3)
     p.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: none)")
     p.add_argument("--repeat", type=int, default=3, help="measured runs of each engine; the median counts")
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured runs of each engine first")
     p.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000, 100000])
     p.add_argument("--rounds", type=int, default=3, help="measured batches per state size")
     p.add_argument("--load-batch", type=int, default=50_000, help="maxOffsetsPerTrigger while loading state")
