@@ -158,7 +158,7 @@ def _snapshot_partitions(master: str | None) -> str:
     Delta 4.4 rebuilds the previous version's state of every table in every batch (the
     idempotent-write check reads the table's transaction ids from it, and a MERGE lists the
     table's files from it): about six small jobs per batch for the three tables.  In local mode
-    one task each is cheaper than two (a 40k-message batch 0.7 s faster on 2 cores, measured in
+    one task each is cheaper than two (a 40k-message batch 0.4-0.8 s faster on 2 cores in
     alternating runs); a cluster keeps one per driver core for the large ``row_changes`` log.
     """
     if master is not None and master.startswith("local"):
