@@ -163,7 +163,7 @@ def _snapshot_partitions(master: str | None) -> str:
     """
     if master is not None and master.startswith("local"):
         return "1"
-    return str(max(2, os.cpu_count() or 2))
+    return str(_driver_cores())
 
 
 def _default_shuffle_partitions() -> int:
@@ -171,4 +171,9 @@ def _default_shuffle_partitions() -> int:
     # busy, and each more is one more RocksDB instance and Python task per batch (on 2 cores,
     # 4 partitions made a 40k-message batch ~1 s slower than 2).  A checkpoint keeps the number it
     # was created with; set ``shuffle_partitions`` to the cluster's cores.
+    return _driver_cores()
+
+
+def _driver_cores() -> int:
+    """This machine's cores, at least 2: the default for settings sized one per core."""
     return max(2, os.cpu_count() or 2)
