@@ -10,7 +10,6 @@ import pandas as pd
 import pyarrow as pa
 
 from reconstructor.schema import RowSchema, SchemaError
-from reconstructor.core.frames import coerce_columns
 
 _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
@@ -33,6 +32,19 @@ def load_table(blob: bytes, schema: RowSchema) -> pd.DataFrame:
     """
     arrow = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
     target = schema.arrow_schema()
+    if not arrow.schema.equals(target):
+        arrow = _evolve(arrow, target, schema)
+    # Times leave Arrow as naive UTC and longs as Int64: the frame is in the core's canonical
+    # dtypes already (this runs for every touched session of every batch; coerce_columns would
+    # scan it again).
+    arrays = [col.cast(pa.timestamp(field.type.unit)) if pa.types.is_timestamp(field.type) else col
+              for field, col in zip(target, arrow.columns)]
+    naive = pa.Table.from_arrays(arrays, names=target.names)
+    return naive.to_pandas(types_mapper=_nullable_types).set_index("row_id")
+
+
+def _evolve(arrow: pa.Table, target: pa.Schema, schema: RowSchema) -> pa.Table:
+    """A blob written under another row schema, brought to ``target``."""
     arrays = []
     for field in target:
         if field.name in arrow.column_names:
@@ -47,9 +59,7 @@ def load_table(blob: bytes, schema: RowSchema) -> pd.DataFrame:
             arrays.append(column)
         else:
             arrays.append(pa.nulls(arrow.num_rows, field.type))
-    evolved = pa.Table.from_arrays(arrays, schema=target)
-    frame = evolved.to_pandas(types_mapper=_nullable_types).set_index("row_id")
-    return coerce_columns(frame, schema)
+    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def _nullable_types(arrow_type: pa.DataType):

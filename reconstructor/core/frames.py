@@ -64,4 +64,6 @@ def coerce_columns(frame: pd.DataFrame, schema: RowSchema) -> pd.DataFrame:
 
 
 def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = ("kafka_ts", "event_ts")) -> pd.DataFrame:
-    return frame.assign(**{n: _to_naive_utc(frame[n]) for n in names if n in frame.columns})
+    out = {n: _to_naive_utc(frame[n]) for n in names
+           if n in frame.columns and not _is_naive_datetime(frame[n].dtype)}
+    return frame.assign(**out) if out else frame  # assign copies the frame even for a no-op

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from reconstructor.core import ViolationKind
 from reconstructor.core.blob import dump_table, load_table
-from reconstructor.core.session import SessionState, last_change_per_row, process_batch
+from reconstructor.core.session import (SessionState, _any_batch, _update_run, last_change_per_row,
+                                         process_batch)
 from tests.support.model import (SCHEMA, Model, ModelViolation, Msg, normalise_values,
                                  table_as_dict, to_frame)
 from tests.support.strategies import batches_of, valid_session
@@ -87,6 +88,33 @@ def test_valid_sessions_reconstruct_exactly_as_the_model(data, split):
     assert list(zip(log["seq"], log["row_id"], log["op"])) == [(s, r, o) for s, r, o, _ in model.changes]
     # current_rows keeps only each batch's last change per row: that alone rebuilds the table too.
     assert merge_last_changes(changes) == model_table(model)
+
+
+@PROFILE
+@given(data=st.data(), split=st.lists(st.integers(1, 4), min_size=1, max_size=3))
+def test_the_update_fast_path_agrees_with_the_general_path(data, split):
+    """``process_batch`` takes a short path for an open session's plain update batches: on every
+    batch it takes, it must give exactly what the general path gives; and it must take every
+    valid update-only batch, or the property above would not be testing it."""
+    msgs = data.draw(valid_session())
+    batches = data.draw(batches_of(msgs))
+    state = None
+    for i, batch in enumerate(batches):
+        frame = to_frame(batch).sample(frac=1, random_state=i)
+        parts = split[i % len(split)]
+        df = pd.concat([f for f in np.array_split(frame, parts) if len(f)], ignore_index=True)
+        general = _any_batch("sensor-1", "s1", df, state, SCHEMA, await_snapshot=False)
+        fast = _update_run(df, state, SCHEMA)
+        plain_updates = all(m.type == "update" and m.rows for m in batch)
+        if state is not None and state.status == "open" and plain_updates:
+            assert fast is not None
+        if fast is not None:
+            assert general.violation is None
+            pd.testing.assert_frame_equal(fast.changes, general.changes)
+            pd.testing.assert_frame_equal(fast.state.table, general.state.table)
+            assert {k: v for k, v in vars(fast.state).items() if k != "table"} == \
+                {k: v for k, v in vars(general.state).items() if k != "table"}
+        state = general.state
 
 
 def merge_last_changes(changes: list[pd.DataFrame]) -> dict:
