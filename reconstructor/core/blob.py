@@ -16,8 +16,12 @@ _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 def dump_table(table: pd.DataFrame, schema: RowSchema) -> bytes:
     """Serialise a session table (pandas, indexed by ``row_id``) to Arrow IPC bytes."""
-    frame = table.reset_index()
-    arrow = pa.Table.from_pandas(frame, schema=schema.arrow_schema(), preserve_index=False)
+    target = schema.arrow_schema()
+    # Column by column: pa.Table.from_pandas costs several times more for a table this small,
+    # and this runs for every touched session of every batch.  NaN, NaT and None become null.
+    arrays = [pa.array(table.index.to_numpy(), pa.string())]
+    arrays += [pa.array(table[field.name], type=field.type, from_pandas=True) for field in list(target)[1:]]
+    arrow = pa.Table.from_arrays(arrays, schema=target)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, arrow.schema, options=_WRITE_OPTIONS) as writer:
         writer.write_table(arrow)
@@ -34,13 +38,24 @@ def load_table(blob: bytes, schema: RowSchema) -> pd.DataFrame:
     target = schema.arrow_schema()
     if not arrow.schema.equals(target):
         arrow = _evolve(arrow, target, schema)
-    # Times leave Arrow as naive UTC and longs as Int64: the frame is in the core's canonical
-    # dtypes already (this runs for every touched session of every batch; coerce_columns would
-    # scan it again).
-    arrays = [col.cast(pa.timestamp(field.type.unit)) if pa.types.is_timestamp(field.type) else col
-              for field, col in zip(target, arrow.columns)]
-    naive = pa.Table.from_arrays(arrays, names=target.names)
-    return naive.to_pandas(types_mapper=_nullable_types).set_index("row_id")
+    # Column by column into the core's canonical dtypes (naive UTC times, Int64, boolean): this
+    # runs for every touched session of every batch, and Table.to_pandas plus coerce_columns
+    # cost several times more for a table this small.
+    columns = {field.name: _to_pandas(column, field.type)
+               for field, column in zip(list(target)[1:], arrow.columns[1:])}
+    index = pd.Index(arrow.column(0).to_numpy(zero_copy_only=False), dtype=object, name="row_id")
+    return pd.DataFrame(columns, index=index)
+
+
+def _to_pandas(column: pa.ChunkedArray, arrow_type: pa.DataType):
+    if pa.types.is_timestamp(arrow_type):
+        return column.cast(pa.timestamp(arrow_type.unit)).to_numpy()
+    if pa.types.is_int64(arrow_type) or pa.types.is_boolean(arrow_type):
+        values = column.fill_null(False if pa.types.is_boolean(arrow_type) else 0).to_numpy()
+        mask = column.is_null().to_numpy()
+        cls = pd.arrays.BooleanArray if pa.types.is_boolean(arrow_type) else pd.arrays.IntegerArray
+        return cls(values, mask)
+    return column.to_numpy(zero_copy_only=False)  # doubles (null: NaN) and strings (null: None)
 
 
 def _evolve(arrow: pa.Table, target: pa.Schema, schema: RowSchema) -> pa.Table:
@@ -60,11 +75,3 @@ def _evolve(arrow: pa.Table, target: pa.Schema, schema: RowSchema) -> pa.Table:
         else:
             arrays.append(pa.nulls(arrow.num_rows, field.type))
     return pa.Table.from_arrays(arrays, schema=target)
-
-
-def _nullable_types(arrow_type: pa.DataType):
-    if pa.types.is_int64(arrow_type):
-        return pd.Int64Dtype()
-    if pa.types.is_boolean(arrow_type):
-        return pd.BooleanDtype()
-    return None

@@ -247,3 +247,20 @@ def test_blob_refuses_a_lossy_type_change():
         {"name": c.name, "type": "double" if c.name == "status" else c.type} for c in SCHEMA.columns]})
     with pytest.raises(SchemaError, match="status"):
         load_table(blob, changed)
+
+
+@pytest.mark.parametrize("rows", [0, 3])
+def test_blob_round_trips_every_column_type_with_nulls_in_canonical_dtypes(rows):
+    from reconstructor.core.frames import coerce_columns
+    from reconstructor.schema import TYPES, RowSchema
+
+    schema = RowSchema.from_dict({"name": "all", "columns": [{"name": f"c_{t}", "type": t} for t in TYPES]})
+    values = {"c_string": ["x", None, "ü"], "c_double": [1.5, None, -0.0], "c_long": [2**60, None, -1],
+              "c_boolean": [True, None, False],
+              "c_timestamp": [pd.Timestamp("2026-11-21 10:00:00.123456"), None, pd.Timestamp("1970-01-01")]}
+    table = coerce_columns(pd.DataFrame({k: pd.Series(v[:rows], dtype=object) for k, v in values.items()},
+                                        index=pd.Index([f"r{i}" for i in range(rows)], name="row_id")), schema)
+    loaded = load_table(dump_table(table, schema), schema)
+    assert dict(loaded.dtypes.astype(str)) == {"c_string": "object", "c_double": "float64", "c_long": "Int64",
+                                               "c_boolean": "boolean", "c_timestamp": "datetime64[us]"}
+    pd.testing.assert_frame_equal(loaded, table.astype({"c_timestamp": "datetime64[us]"}))
