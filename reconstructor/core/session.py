@@ -198,23 +198,24 @@ def _gather(frames) -> pd.DataFrame:
 
 
 def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema) -> BatchResult | None:
-    """The common batch, on a short path: an open session's update messages that all apply.
+    """The common batch, on a short path: update messages that all apply, to an open session or
+    after the snapshot that starts a new one.
 
-    Most batches of a live fleet are exactly this, and most of a small batch's cost is the general
-    path's bookkeeping (per-message frames, segments, re-casts).  Anything else (a snapshot, an
-    end, a parse error, a key, seq or partition out of line, a rowless message, a delete of an
-    unknown row) returns None: the general path then applies it or names the violation, so both
-    paths always agree (a property test holds them to it).
+    Most batches of a live fleet are exactly this, and much of a batch's cost was the general
+    path's bookkeeping (per-message frames, segments, re-casts).  Anything else (a resync
+    snapshot, an end, a parse error, a key, seq or partition out of line, a rowless message, a
+    flawed snapshot, a delete of an unknown row) returns None: the general path then applies it or
+    names the violation, so both paths always agree (a property test holds them to it).
     """
-    if state is None or state.status != OPEN:
+    if state is not None and state.status != OPEN:
         return None
-    if not (df["type"].to_numpy() == "update").all() or df["error"].notna().any():
-        return None
-    if df["row_pos"].isna().any() or df["seq"].isna().any() or df["offset"].isna().any():
+    if df["error"].notna().any() or df["row_pos"].isna().any() or df["seq"].isna().any() \
+            or df["offset"].isna().any():
         return None
     if not (df["key"].to_numpy() == df["session"].to_numpy()).all():
         return None
-    if not (df["partition"].to_numpy() == state.partition).all():
+    partition = state.partition if state is not None else df["partition"].iloc[0]
+    if not (df["partition"].to_numpy() == partition).all():
         return None
     offsets = df["offset"].to_numpy(dtype=np.int64)
     seqs = df["seq"].to_numpy(dtype=np.int64)
@@ -223,23 +224,43 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     if not np.array_equal(seqs, msg_seqs[np.searchsorted(msg_offsets, offsets)]):
         return None  # rows of one message disagree on its seq
     by_seq = np.argsort(msg_seqs, kind="stable")
-    expected = state.last_seq + 1 + np.arange(len(msg_seqs), dtype=np.int64)
+    start = state.last_seq + 1 if state is not None else int(msg_seqs[by_seq[0]])
+    expected = start + np.arange(len(msg_seqs), dtype=np.int64)
     if not np.array_equal(msg_seqs[by_seq], expected):
         return None  # a gap or a duplicate
+    types = df["type"].to_numpy()
+    is_update = types == "update"
+    in_snapshot = (seqs == start) if state is None else np.zeros(len(df), dtype=bool)
+    if not (is_update | in_snapshot).all() or not (types[in_snapshot] == "snapshot").all():
+        return None
     rows = df.take(np.lexsort((df["row_pos"].to_numpy(dtype=np.int64), seqs)))
     rows = coerce_times(coerce_columns(rows, schema))
     names = schema.names
-    table = _apply_updates(rows, state.table, names)
-    if isinstance(table, tuple):
-        return None  # a delete of an unknown row
+    snapshot_rows = int(in_snapshot.sum())  # the snapshot's rows sort first
+    if state is None:
+        if _snapshot_problem(rows.iloc[:snapshot_rows]) is not None:
+            return None
+        table = rows.iloc[:snapshot_rows].set_index("row_id")[names]
+    else:
+        table = state.table
+    if snapshot_rows < len(rows):
+        table = _apply_updates(rows.iloc[snapshot_rows:], table, names)
+        if isinstance(table, tuple):
+            return None  # a delete of an unknown row
     changes = rows[list(CHANGE) + names].reset_index(drop=True)
     ints = {c: "int64" for c in ("partition", "offset", "seq", "row_pos") if changes[c].dtype != "int64"}
     if ints:
         changes = changes.astype(ints)
     last = int(first_row[by_seq[-1]])
-    return BatchResult(changes, replace(
-        state, last_seq=int(expected[-1]), last_offset=int(offsets[last]),
-        last_event_ts=_ts(df["event_ts"].iloc[last]), table=table))
+    last_seq, last_offset, last_ts = int(expected[-1]), int(offsets[last]), _ts(df["event_ts"].iloc[last])
+    if state is not None:
+        return BatchResult(changes, replace(state, last_seq=last_seq, last_offset=last_offset,
+                                            last_event_ts=last_ts, table=table))
+    first = int(first_row[by_seq[0]])
+    return BatchResult(changes, SessionState(
+        partition=int(partition), status=OPEN, first_seq=start, last_seq=last_seq,
+        last_offset=last_offset, snapshot_seq=start, snapshot_offset=int(offsets[first]),
+        started_ts=_ts(df["event_ts"].iloc[first]), last_event_ts=last_ts, table=table))
 
 
 def last_change_per_row(changes: pd.DataFrame) -> np.ndarray:
