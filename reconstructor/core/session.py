@@ -212,8 +212,8 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     if df["error"].notna().any() or df["row_pos"].isna().any() or df["seq"].isna().any() \
             or df["offset"].isna().any():
         return None
-    if not (df["key"].to_numpy() == df["session"].to_numpy()).all():
-        return None
+    if df["key"].isna().any() or not (df["key"].to_numpy() == df["session"].to_numpy()).all():
+        return None  # a missing key is MALFORMED, even beside a missing session
     partition = state.partition if state is not None else df["partition"].iloc[0]
     if not (df["partition"].to_numpy() == partition).all():
         return None

@@ -267,3 +267,13 @@ def test_blob_round_trips_every_column_type_with_nulls_in_canonical_dtypes(rows)
     assert dict(loaded.dtypes.astype(str)) == {"c_string": "object", "c_double": "float64", "c_long": "Int64",
                                                "c_boolean": "boolean", "c_timestamp": "datetime64[us]"}
     pd.testing.assert_frame_equal(loaded, table.astype({"c_timestamp": "datetime64[us]"}))
+
+
+def test_a_record_without_a_kafka_key_is_malformed_on_an_open_session_too():
+    state, _, _ = run_core([[Msg(0, "snapshot", rows=[{"id": "a", "values": {}}], offset=1)]])
+    frame = to_frame([Msg(1, "update", rows=[{"id": "a", "values": {"status": "ok"}}], offset=2)])
+    assert process_batch("t", "s1", [frame], state, SCHEMA).violation is None
+    for missing in (["key"], ["key", "session"]):  # None == None must not pass for a match
+        broken = frame.assign(**{c: None for c in missing})
+        result = process_batch("t", "s1", [broken], state, SCHEMA)
+        assert result.violation.kind is ViolationKind.MALFORMED and result.violation.offset == 2
