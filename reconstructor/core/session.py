@@ -88,8 +88,7 @@ def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState |
             _int(found), detail)
 
     # 1. Records that did not parse, or whose key is not their session: the lowest offset first.
-    key_mismatch = df["key"].ne(df["session"]) | df["key"].isna()
-    bad = df["error"].notna() | key_mismatch
+    bad = _malformed(df)
     if bad.any():
         row = df[bad].sort_values(["partition", "offset"]).iloc[0]
         if pd.notna(row["error"]):
@@ -190,6 +189,18 @@ def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState |
     return BatchResult(changes, new_state, skipped=skipped)
 
 
+def _malformed(df: pd.DataFrame) -> pd.Series:
+    """Records that did not parse, or whose Kafka key is missing or not their session."""
+    return df["error"].notna() | df["key"].ne(df["session"]) | df["key"].isna()
+
+
+def _int_columns(changes: pd.DataFrame) -> pd.DataFrame:
+    """The change frame's integer columns as int64; astype copies every column of the frame, even
+    for a no-op, so only what needs it is cast."""
+    ints = {c: "int64" for c in ("partition", "offset", "seq", "row_pos") if changes[c].dtype != "int64"}
+    return changes.astype(ints) if ints else changes
+
+
 def _gather(frames) -> pd.DataFrame:
     if isinstance(frames, pd.DataFrame):
         return frames
@@ -209,11 +220,9 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     """
     if state is not None and state.status != OPEN:
         return None
-    if df["error"].notna().any() or df["row_pos"].isna().any() or df["seq"].isna().any() \
+    if _malformed(df).any() or df["row_pos"].isna().any() or df["seq"].isna().any() \
             or df["offset"].isna().any():
         return None
-    if df["key"].isna().any() or not (df["key"].to_numpy() == df["session"].to_numpy()).all():
-        return None  # a missing key is MALFORMED, even beside a missing session
     partition = state.partition if state is not None else df["partition"].iloc[0]
     if not (df["partition"].to_numpy() == partition).all():
         return None
@@ -247,10 +256,7 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
         table = _apply_updates(rows.iloc[snapshot_rows:], table, names)
         if isinstance(table, tuple):
             return None  # a delete of an unknown row
-    changes = rows[list(CHANGE) + names].reset_index(drop=True)
-    ints = {c: "int64" for c in ("partition", "offset", "seq", "row_pos") if changes[c].dtype != "int64"}
-    if ints:
-        changes = changes.astype(ints)
+    changes = _int_columns(rows[list(CHANGE) + names].reset_index(drop=True))
     last = int(first_row[by_seq[-1]])
     last_seq, last_offset, last_ts = int(expected[-1]), int(offsets[last]), _ts(df["event_ts"].iloc[last])
     if state is not None:
@@ -312,10 +318,7 @@ def _apply(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: 
     if not pieces:
         return empty_changes(schema), table
     changes = pd.concat([p[list(CHANGE) + names] for p in pieces], ignore_index=True)
-    changes = coerce_columns(changes, schema)
-    # astype copies every column of the frame, even for a no-op: cast only what needs it.
-    ints = {c: "int64" for c in ("partition", "offset", "seq", "row_pos") if changes[c].dtype != "int64"}
-    return (changes.astype(ints) if ints else changes), table
+    return _int_columns(coerce_columns(changes, schema)), table
 
 
 @functools.lru_cache(maxsize=8)
