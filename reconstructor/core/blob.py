@@ -11,7 +11,12 @@ import pyarrow as pa
 
 from reconstructor.schema import RowSchema, SchemaError
 
-_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+# A table of fewer rows than this is written uncompressed: for a few hundred rows zstd costs more
+# than the rest of the dump and load together, and Spark compresses the state store's changelog
+# (lz4) anyway.  Larger tables are compressed, to keep RocksDB's memory and files small.
+COMPRESS_FROM_ROWS = 1000
+_PLAIN = pa.ipc.IpcWriteOptions()
+_COMPRESSED = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
 def dump_table(table: pd.DataFrame, schema: RowSchema) -> bytes:
@@ -23,7 +28,8 @@ def dump_table(table: pd.DataFrame, schema: RowSchema) -> bytes:
     arrays += [pa.array(table[field.name], type=field.type, from_pandas=True) for field in list(target)[1:]]
     arrow = pa.Table.from_arrays(arrays, schema=target)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, arrow.schema, options=_WRITE_OPTIONS) as writer:
+    options = _COMPRESSED if len(table) >= COMPRESS_FROM_ROWS else _PLAIN
+    with pa.ipc.new_stream(sink, arrow.schema, options=options) as writer:
         writer.write_table(arrow)
     return sink.getvalue().to_pybytes()
 

@@ -45,25 +45,61 @@ def coerce_columns(frame: pd.DataFrame, schema: RowSchema) -> pd.DataFrame:
     """
     out = {}
     for col in schema.columns:
-        s = frame[col.name]
-        if col.type == "double":
-            if s.dtype != "float64":
-                out[col.name] = s.astype("float64")
-        elif col.type == "long":
-            if s.dtype != "Int64":
-                out[col.name] = s.astype("Int64")
-        elif col.type == "boolean":
-            if s.dtype != "boolean":
-                out[col.name] = s.astype("boolean")
-        elif col.type == "timestamp":
-            if not _is_naive_datetime(s.dtype):
-                out[col.name] = _to_naive_utc(s)
-        elif s.dtype != object or (s.hasnans and any(v is not None for v in s[s.isna()])):
-            out[col.name] = s.astype(object).where(s.notna(), None)
+        cast = canonical(frame[col.name], col.type)
+        if cast is not None:
+            out[col.name] = cast
     return frame.assign(**out) if out else frame
+
+
+def canonical(s: pd.Series, col_type: str) -> pd.Series | None:
+    """``s`` in the canonical dtype of a row column of ``col_type``, or None when it already is."""
+    if col_type == "double":
+        return s.astype("float64") if s.dtype != "float64" else None
+    if col_type == "long":
+        return s.astype("Int64") if s.dtype != "Int64" else None
+    if col_type == "boolean":
+        return s.astype("boolean") if s.dtype != "boolean" else None
+    if col_type == "timestamp":
+        return _to_naive_utc(s) if not _is_naive_datetime(s.dtype) else None
+    if s.dtype == object:
+        values = s.to_numpy()
+        nulls = pd.isna(values)
+        if not nulls.any() or all(v is None for v in values[nulls]):
+            return None  # strings and None already
+    return s.astype(object).where(s.notna(), None)  # strings, with None (not NaN) for a null
 
 
 def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = ("kafka_ts", "event_ts")) -> pd.DataFrame:
     out = {n: _to_naive_utc(frame[n]) for n in names
            if n in frame.columns and not _is_naive_datetime(frame[n].dtype)}
     return frame.assign(**out) if out else frame  # assign copies the frame even for a no-op
+
+
+_INT_COLUMNS = ("partition", "offset", "seq", "row_pos")
+
+
+def change_rows(frame: pd.DataFrame, order, schema: RowSchema) -> pd.DataFrame:
+    """The rows of an input ``frame`` at positions ``order``, as a change frame (``CHANGE`` and the
+    row columns, canonical dtypes, int64 coordinates, naive UTC times, a fresh RangeIndex).
+
+    Built once from its columns: a take, the casts and a column pick would each copy the frame,
+    and this runs for every touched session of every micro-batch.
+    """
+    data = {}
+    for name in CHANGE:
+        s = frame[name]
+        if name in _INT_COLUMNS:
+            data[name] = s.to_numpy(dtype="int64")[order]
+        else:
+            data[name] = take_values(_to_naive_utc(s) if name in ("event_ts", "kafka_ts") else s, order)
+    for col in schema.columns:
+        cast = canonical(frame[col.name], col.type)
+        data[col.name] = take_values(frame[col.name] if cast is None else cast, order)
+    return pd.DataFrame(data, copy=False)
+
+
+def take_values(s: pd.Series, order):
+    """``s``'s values at positions ``order``: a numpy array, or an extension array (Int64, boolean)."""
+    if isinstance(s.dtype, pd.api.extensions.ExtensionDtype):
+        return s.array.take(order)
+    return s.to_numpy()[order]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from reconstructor.core.frames import CHANGE, coerce_columns, coerce_times
+from reconstructor.core.frames import CHANGE, change_rows, coerce_columns, coerce_times, take_values
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.schema import RowSchema
 
@@ -189,9 +189,10 @@ def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState |
     return BatchResult(changes, new_state, skipped=skipped)
 
 
-def _malformed(df: pd.DataFrame) -> pd.Series:
+def _malformed(df: pd.DataFrame) -> np.ndarray:
     """Records that did not parse, or whose Kafka key is missing or not their session."""
-    return df["error"].notna() | df["key"].ne(df["session"]) | df["key"].isna()
+    key = df["key"].to_numpy()
+    return pd.notna(df["error"].to_numpy()) | pd.isna(key) | (key != df["session"].to_numpy())
 
 
 def _int_columns(changes: pd.DataFrame) -> pd.DataFrame:
@@ -242,8 +243,7 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     in_snapshot = (seqs == start) if state is None else np.zeros(len(df), dtype=bool)
     if not (is_update | in_snapshot).all() or not (types[in_snapshot] == "snapshot").all():
         return None
-    rows = df.take(np.lexsort((df["row_pos"].to_numpy(dtype=np.int64), seqs)))
-    rows = coerce_times(coerce_columns(rows, schema))
+    rows = change_rows(df, np.lexsort((df["row_pos"].to_numpy(dtype=np.int64), seqs)), schema)
     names = schema.names
     snapshot_rows = int(in_snapshot.sum())  # the snapshot's rows sort first
     if state is None:
@@ -256,7 +256,7 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
         table = _apply_updates(rows.iloc[snapshot_rows:], table, names)
         if isinstance(table, tuple):
             return None  # a delete of an unknown row
-    changes = _int_columns(rows[list(CHANGE) + names].reset_index(drop=True))
+    changes = rows
     last = int(first_row[by_seq[-1]])
     last_seq, last_offset, last_ts = int(expected[-1]), int(offsets[last]), _ts(df["event_ts"].iloc[last])
     if state is not None:
@@ -343,18 +343,28 @@ def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame, names: list[str]):
             bad = ops.iloc[int(unknown[0])]
             return (_row_violation(ViolationKind.UNKNOWN_ROW, bad),
                     f"delete of row {bad['row_id']!r}, which is not in the session's table")
-    # Positions, then one take each: a frame-level filter, set_index and column pick cost a copy each.
+    # Positions, and the new table built once from its columns: a frame-level filter, column pick
+    # and concat cost a copy each, and this runs for every touched session of every batch.
     id_values = ids.to_numpy()
     final = np.flatnonzero(~pd.Index(id_values).duplicated(keep="last"))
     up = final[~is_delete[final]]
-    keep = table[~table.index.isin(id_values[final])]
-    upserts = ops.iloc[up, [ops.columns.get_loc(c) for c in names]]
-    upserts.index = pd.Index(id_values[up], name="row_id")
-    if keep.empty:
-        return upserts
-    if upserts.empty:
-        return keep
-    return pd.concat([keep, upserts])
+    kept = np.flatnonzero(~table.index.isin(id_values[final]))
+    if len(kept) == len(table) and not len(up):
+        return table
+    index = pd.Index(np.concatenate([table.index.to_numpy()[kept], id_values[up]]), dtype=object,
+                     name="row_id")
+    return pd.DataFrame({name: _stack(table[name], kept, ops[name], up) for name in names},
+                        index=index, copy=False)
+
+
+def _stack(old: pd.Series, old_pos: np.ndarray, new: pd.Series, new_pos: np.ndarray):
+    """``old[old_pos]`` then ``new[new_pos]``, as one array in the dtype ``pd.concat`` would give."""
+    a, b = take_values(old, old_pos), take_values(new, new_pos)
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.concatenate([a, b])
+    if a.dtype == b.dtype:
+        return type(a)._concat_same_type([a, b])
+    return pd.concat([pd.Series(a), pd.Series(b)], ignore_index=True).array
 
 
 def _snapshot_problem(snap_rows: pd.DataFrame) -> str | None:

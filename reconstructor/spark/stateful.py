@@ -16,6 +16,7 @@ import json
 import warnings
 from typing import Iterator
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
@@ -88,6 +89,7 @@ class SessionReconstructor:
         self.timeout_ms = int(session_timeout_ms)
         self.await_snapshot = await_snapshot
         self.columns = [f.split(" ", 1)[0].strip("`") for f in _split_ddl(output_ddl(schema))]
+        self._position = {name: i for i, name in enumerate(self.columns)}
 
     def __call__(self, key, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         topic, session = key
@@ -101,8 +103,8 @@ class SessionReconstructor:
         result = process_batch(topic, session, frames, previous, self.schema,
                                await_snapshot=self.await_snapshot)
         if result.violation is not None:
-            yield self._frame({"record": [VIOLATION_RECORD], "topic": [topic], "session": [session],
-                               "info": [str(result.violation)]})
+            yield self._record(record=VIOLATION_RECORD, topic=topic, session=session,
+                               info=str(result.violation))
             return
         if result.state is None or result.state is previous:
             return  # nothing applied (all skipped while awaiting a snapshot)
@@ -111,24 +113,33 @@ class SessionReconstructor:
         state.setTimeoutDuration(self.timeout_ms)
         changes = result.changes
         if len(changes):
-            yield self._frame(changes.assign(record=CHANGE_RECORD, topic=topic, session=session,
-                                             is_latest=last_change_per_row(changes)))
+            yield self._change_frame(topic, session, changes)
         yield self._session_frame(topic, session, new, new.status, row_count=new.row_count)
+
+    # A batch that touches many sessions pays these per session: each frame is built once from its
+    # columns (assign, reindex and a padded one-row frame cost several pandas copies per group).
+
+    def _change_frame(self, topic, session, changes: pd.DataFrame) -> pd.DataFrame:
+        data = {c: changes[c] if c in changes.columns else None for c in self.columns}
+        data.update(record=CHANGE_RECORD, topic=topic, session=session,
+                    is_latest=last_change_per_row(changes), info=None)
+        return pd.DataFrame(data, copy=False)
 
     def _session_frame(self, topic, session, s: SessionState, status: str, row_count: int) -> pd.DataFrame:
         info = {"status": status, "first_seq": s.first_seq, "last_seq": s.last_seq,
                 "last_offset": s.last_offset, "snapshot_seq": s.snapshot_seq,
                 "snapshot_offset": s.snapshot_offset, "row_count": row_count,
                 "started_us": _us(s.started_ts), "last_event_us": _us(s.last_event_ts)}
-        return self._frame({
-            "record": [SESSION_RECORD], "topic": [topic], "session": [session],
-            "partition": [s.partition], "offset": [s.last_offset], "seq": [s.last_seq],
-            "info": [json.dumps(info)],
-        })
+        return self._record(record=SESSION_RECORD, topic=topic, session=session,
+                            partition=s.partition, offset=s.last_offset, seq=s.last_seq,
+                            info=json.dumps(info))
 
-    def _frame(self, data) -> pd.DataFrame:
-        frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
-        return frame.reindex(columns=self.columns)
+    def _record(self, **values) -> pd.DataFrame:
+        """One output row, null but for ``values``: a single object block (Arrow casts it)."""
+        row = np.full((1, len(self.columns)), None, dtype=object)
+        for name, value in values.items():
+            row[0, self._position[name]] = value
+        return pd.DataFrame(row, columns=self.columns, copy=False)
 
 
 def _split_ddl(ddl: str) -> list[str]:

@@ -252,7 +252,7 @@ def test_blob_refuses_a_lossy_type_change():
         load_table(blob, changed)
 
 
-@pytest.mark.parametrize("rows", [0, 3])
+@pytest.mark.parametrize("rows", [0, 3, 1500])
 def test_blob_round_trips_every_column_type_with_nulls_in_canonical_dtypes(rows):
     from reconstructor.core.frames import coerce_columns
     from reconstructor.schema import TYPES, RowSchema
@@ -261,12 +261,32 @@ def test_blob_round_trips_every_column_type_with_nulls_in_canonical_dtypes(rows)
     values = {"c_string": ["x", None, "ü"], "c_double": [1.5, None, -0.0], "c_long": [2**60, None, -1],
               "c_boolean": [True, None, False],
               "c_timestamp": [pd.Timestamp("2026-11-21 10:00:00.123456"), None, pd.Timestamp("1970-01-01")]}
-    table = coerce_columns(pd.DataFrame({k: pd.Series(v[:rows], dtype=object) for k, v in values.items()},
+    table = coerce_columns(pd.DataFrame({k: pd.Series((v * 500)[:rows], dtype=object) for k, v in values.items()},
                                         index=pd.Index([f"r{i}" for i in range(rows)], name="row_id")), schema)
     loaded = load_table(dump_table(table, schema), schema)
     assert dict(loaded.dtypes.astype(str)) == {"c_string": "object", "c_double": "float64", "c_long": "Int64",
                                                "c_boolean": "boolean", "c_timestamp": "datetime64[us]"}
     pd.testing.assert_frame_equal(loaded, table.astype({"c_timestamp": "datetime64[us]"}))
+
+
+def test_only_large_tables_are_compressed_in_the_blob(monkeypatch):
+    """Small tables skip zstd (it costs more than the rest of the dump; Spark lz4-compresses the
+    changelog anyway), large ones keep the state store small."""
+    from reconstructor.core import blob
+
+    def tables(rows):
+        return pd.DataFrame({"temperature": [20.5] * rows, "pressure": [1.0] * rows, "humidity": [0.5] * rows,
+                             "status": ["ok"] * rows, "reading_count": pd.array(range(rows), dtype="Int64"),
+                             "calibrated_at": pd.Series([pd.Timestamp("2026-11-22")] * rows, dtype="datetime64[us]")},
+                            index=pd.Index([f"row-{i}" for i in range(rows)], name="row_id"))
+
+    small, large = tables(blob.COMPRESS_FROM_ROWS - 1), tables(blob.COMPRESS_FROM_ROWS)
+    sizes = {n: len(dump_table(t, SCHEMA)) for n, t in (("small", small), ("large", large))}
+    monkeypatch.setattr(blob, "COMPRESS_FROM_ROWS", 10**9)
+    plain = {n: len(dump_table(t, SCHEMA)) for n, t in (("small", small), ("large", large))}
+    assert sizes["small"] == plain["small"]
+    assert sizes["large"] < plain["large"] / 4
+    pd.testing.assert_frame_equal(load_table(dump_table(large, SCHEMA), SCHEMA), large)
 
 
 def test_a_record_without_a_kafka_key_is_malformed_on_an_open_session_too():
