@@ -90,6 +90,11 @@ class SessionReconstructor:
         self.await_snapshot = await_snapshot
         self.columns = [f.split(" ", 1)[0].strip("`") for f in _split_ddl(output_ddl(schema))]
         self._position = {name: i for i, name in enumerate(self.columns)}
+        # Copied and filled in for each session row.  Its dtypes matter beyond this row: pyspark
+        # concatenates all groups' frames, and a column typed differently from the change rows'
+        # (objects, say) turns that column to objects for the whole batch.
+        self._session_row = self._frame({"record": [SESSION_RECORD], "topic": [""], "session": [""],
+                                         "partition": [0], "offset": [0], "seq": [0], "info": [""]})
 
     def __call__(self, key, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         topic, session = key
@@ -103,8 +108,8 @@ class SessionReconstructor:
         result = process_batch(topic, session, frames, previous, self.schema,
                                await_snapshot=self.await_snapshot)
         if result.violation is not None:
-            yield self._record(record=VIOLATION_RECORD, topic=topic, session=session,
-                               info=str(result.violation))
+            yield self._frame({"record": [VIOLATION_RECORD], "topic": [topic], "session": [session],
+                               "info": [str(result.violation)]})
             return
         if result.state is None or result.state is previous:
             return  # nothing applied (all skipped while awaiting a snapshot)
@@ -117,29 +122,28 @@ class SessionReconstructor:
         yield self._session_frame(topic, session, new, new.status, row_count=new.row_count)
 
     # A batch that touches many sessions pays these per session: each frame is built once from its
-    # columns (assign, reindex and a padded one-row frame cost several pandas copies per group).
+    # columns, or copied from a template (assign, reindex and padding cost pandas copies per group).
 
     def _change_frame(self, topic, session, changes: pd.DataFrame) -> pd.DataFrame:
         data = {c: changes[c] if c in changes.columns else None for c in self.columns}
         data.update(record=CHANGE_RECORD, topic=topic, session=session,
-                    is_latest=last_change_per_row(changes), info=None)
-        return pd.DataFrame(data, copy=False)
+                    is_latest=last_change_per_row(changes), info=np.nan)
+        return pd.DataFrame(data)
 
     def _session_frame(self, topic, session, s: SessionState, status: str, row_count: int) -> pd.DataFrame:
         info = {"status": status, "first_seq": s.first_seq, "last_seq": s.last_seq,
                 "last_offset": s.last_offset, "snapshot_seq": s.snapshot_seq,
                 "snapshot_offset": s.snapshot_offset, "row_count": row_count,
                 "started_us": _us(s.started_ts), "last_event_us": _us(s.last_event_ts)}
-        return self._record(record=SESSION_RECORD, topic=topic, session=session,
-                            partition=s.partition, offset=s.last_offset, seq=s.last_seq,
-                            info=json.dumps(info))
+        frame = self._session_row.copy()
+        for name, value in (("topic", topic), ("session", session), ("partition", s.partition),
+                            ("offset", s.last_offset), ("seq", s.last_seq), ("info", json.dumps(info))):
+            frame.iat[0, self._position[name]] = value
+        return frame
 
-    def _record(self, **values) -> pd.DataFrame:
-        """One output row, null but for ``values``: a single object block (Arrow casts it)."""
-        row = np.full((1, len(self.columns)), None, dtype=object)
-        for name, value in values.items():
-            row[0, self._position[name]] = value
-        return pd.DataFrame(row, columns=self.columns, copy=False)
+    def _frame(self, data: dict) -> pd.DataFrame:
+        """A frame of the output's columns from some of them (the others null)."""
+        return pd.DataFrame(data).reindex(columns=self.columns)
 
 
 def _split_ddl(ddl: str) -> list[str]:

@@ -3,7 +3,10 @@
 Applies a snapshot of N rows, then N update messages of 3 rows each, shuffled over 8 frames as
 Spark would hand them over, and round-trips the state blob.  Then the per-session cost of a small
 batch (``--small-updates`` messages on a ``--small-rows`` table), state blob in and out, which is
-what a micro-batch pays for every session it touches.  Prints seconds; asserts nothing.
+what a micro-batch pays for every session it touches; and the same batch per group the way
+pyspark's ``applyInPandasWithState`` worker runs it (the group's Arrow slice to pandas, the state
+row in and out of a ``GroupState``, the state function with its output frames, the concatenation
+of all groups' output), without a JVM.  Prints seconds; asserts nothing.
 """
 
 from __future__ import annotations
@@ -51,20 +54,27 @@ def main() -> None:
     t2 = time.perf_counter()
     print(f"state blob {len(blob):,} bytes: dump {t1 - t0:.4f}s, load {t2 - t1:.4f}s")
     small_batches(args, rng)
+    worker_groups(args, rng)
 
 
-def small_batches(args, rng: random.Random) -> None:
-    """Many touched sessions, few messages each: blob in, check and apply, blob out."""
+def _small_session(args, rng: random.Random):
+    """An open session with a ``--small-rows`` table, and a batch of ``--small-updates`` for it."""
     snap = Msg(0, "snapshot", offset=0, rows=[
         {"id": f"r{i}", "values": {"temperature": 1.0, "status": "ok", "reading_count": i}}
         for i in range(args.small_rows)])
     state = process_batch("t", "s1", [to_frame([snap])], None, SCHEMA).state
-    blob = dump_table(state.table, SCHEMA)
     batch = to_frame([Msg(i, "update", offset=i, rows=[
         {"id": f"r{rng.randrange(args.small_rows)}", "values": {"temperature": float(i), "reading_count": i}}
         for _ in range(3)]) for i in range(1, args.small_updates + 1)])
     batch = batch.astype({"pressure": "float64", "humidity": "float64", "reading_count": "Int64",
                           "calibrated_at": "datetime64[ns]"})  # typed, as Spark hands them over
+    return state, batch
+
+
+def small_batches(args, rng: random.Random) -> None:
+    """Many touched sessions, few messages each: blob in, check and apply, blob out."""
+    state, batch = _small_session(args, rng)
+    blob = dump_table(state.table, SCHEMA)
     t0 = time.perf_counter()
     for _ in range(args.sessions):
         state.table = load_table(blob, SCHEMA)
@@ -73,6 +83,54 @@ def small_batches(args, rng: random.Random) -> None:
     seconds = time.perf_counter() - t0
     print(f"{args.sessions:,} sessions x {args.small_updates} updates on a {args.small_rows}-row table: "
           f"{seconds / args.sessions * 1000:.2f} ms per session (blob in, apply, blob out)")
+
+
+def worker_groups(args, rng: random.Random) -> None:
+    """``small_batches`` per group as pyspark 4.2's worker runs ``applyInPandasWithState``: what
+    a micro-batch that touches many sessions pays for each, pyspark's part included."""
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.serializers import CPickleSerializer
+    from pyspark.sql.conversion import ArrowBatchTransformer
+    from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+    from reconstructor.spark.stateful import STATE_DDL, SessionReconstructor, state_to_tuple
+
+    state, batch = _small_session(args, rng)
+    value_schema = _struct(STATE_DDL)  # StructType.fromDDL needs a JVM
+    pickled = CPickleSerializer().dumps(value_schema.toInternal(state_to_tuple(state, SCHEMA)))
+    utc = {c: batch[c].dt.tz_localize("UTC") for c in ("kafka_ts", "event_ts", "calibrated_at")}
+    group = batch.assign(**utc)
+    group.insert(0, "group_session", "s1")
+    group.insert(0, "topic", "t")
+    arrow = pa.RecordBatch.from_pandas(pd.concat([group] * args.sessions, ignore_index=True),
+                                       preserve_index=False)
+    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000)
+    t0 = time.perf_counter()
+    out, states = [], []
+    for i in range(args.sessions):
+        columns = ArrowBatchTransformer.to_pandas(arrow.slice(i * len(group), len(group)), timezone="UTC")
+        gs = GroupState(keyAsUnsafe=b"", valueSchema=value_schema,
+                        optionalValue=CPickleSerializer().loads(pickled), batchProcessingTimeMs=0,
+                        eventTimeWatermarkMs=-1, timeoutConf=GroupStateTimeout.ProcessingTimeTimeout,
+                        hasTimedOut=False, watermarkPresent=False, defined=True, updated=False,
+                        removed=False, timeoutTimestamp=-1)
+        out += [f for f in fn(("t", "s1"), iter([pd.concat(columns, axis=1)]), gs) if len(f)]
+        states.append(pd.DataFrame({"properties": [gs.json()], "object": [
+            CPickleSerializer().dumps(value_schema.toInternal(gs._value))]}))
+    pd.concat(out, ignore_index=True), pd.concat(states, ignore_index=True)
+    seconds = time.perf_counter() - t0
+    print(f"the same, per group as pyspark's applyInPandasWithState worker runs it: "
+          f"{seconds / args.sessions * 1000:.2f} ms per session")
+
+
+def _struct(ddl: str):
+    from pyspark.sql import types as T
+
+    simple = {"INT": T.IntegerType(), "BIGINT": T.LongType(), "STRING": T.StringType(),
+              "BINARY": T.BinaryType()}
+    fields = [part.split() for part in ddl.split(",")]
+    return T.StructType([T.StructField(name, simple[kind]) for name, kind in fields])
 
 
 if __name__ == "__main__":
