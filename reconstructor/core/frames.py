@@ -7,6 +7,7 @@ sources (Arrow from Spark, the state blob, tests) concatenable without object-dt
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from reconstructor.schema import RowSchema
@@ -100,6 +101,10 @@ def change_rows(frame: pd.DataFrame, order, schema: RowSchema) -> pd.DataFrame:
 
 def take_values(s: pd.Series, order):
     """``s``'s values at positions ``order``: a numpy array, or an extension array (Int64, boolean)."""
-    if isinstance(s.dtype, pd.api.extensions.ExtensionDtype):
-        return s.array.take(order)
-    return s.to_numpy()[order]
+    values = values_of(s)
+    return values[order] if isinstance(values, np.ndarray) else values.take(order)
+
+
+def values_of(s: pd.Series):
+    """``s``'s values without a copy: a numpy array, or an extension array (Int64, boolean)."""
+    return s.array if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) else s.to_numpy()

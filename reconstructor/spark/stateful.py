@@ -22,8 +22,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.blob import dump_table, load_table
-from reconstructor.core.frames import INPUT
-from reconstructor.core.session import OPEN, TIMED_OUT, SessionState, last_change_per_row, process_batch
+from reconstructor.core.frames import INPUT, values_of
+from reconstructor.core.session import (OPEN, TIMED_OUT, SessionState, empty_changes, last_change_per_row,
+                                         process_batch)
 from reconstructor.schema import RowSchema
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
@@ -89,12 +90,7 @@ class SessionReconstructor:
         self.timeout_ms = int(session_timeout_ms)
         self.await_snapshot = await_snapshot
         self.columns = [f.split(" ", 1)[0].strip("`") for f in _split_ddl(output_ddl(schema))]
-        self._position = {name: i for i, name in enumerate(self.columns)}
-        # Copied and filled in for each session row.  Its dtypes matter beyond this row: pyspark
-        # concatenates all groups' frames, and a column typed differently from the change rows'
-        # (objects, say) turns that column to objects for the whole batch.
-        self._session_row = self._frame({"record": [SESSION_RECORD], "topic": [""], "session": [""],
-                                         "partition": [0], "offset": [0], "seq": [0], "info": [""]})
+        self._no_changes = empty_changes(schema)
 
     def __call__(self, key, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         topic, session = key
@@ -102,7 +98,7 @@ class SessionReconstructor:
             previous = state_from_tuple(state.get, self.schema, with_table=False)
             state.remove()
             if previous.status == OPEN:
-                yield self._session_frame(topic, session, previous, TIMED_OUT, row_count=0)
+                yield self._group_frame(topic, session, self._no_changes, previous, TIMED_OUT, row_count=0)
             return
         previous = state_from_tuple(state.get, self.schema) if state.exists else None
         result = process_batch(topic, session, frames, previous, self.schema,
@@ -116,34 +112,52 @@ class SessionReconstructor:
         new = result.state
         state.update(state_to_tuple(new, self.schema))
         state.setTimeoutDuration(self.timeout_ms)
-        changes = result.changes
-        if len(changes):
-            yield self._change_frame(topic, session, changes)
-        yield self._session_frame(topic, session, new, new.status, row_count=new.row_count)
+        yield self._group_frame(topic, session, result.changes, new, new.status, row_count=new.row_count)
 
-    # A batch that touches many sessions pays these per session: each frame is built once from its
-    # columns, or copied from a template (assign, reindex and padding cost pandas copies per group).
+    def _group_frame(self, topic, session, changes: pd.DataFrame, s: SessionState, status: str,
+                     row_count: int) -> pd.DataFrame:
+        """The group's output as one frame: its change rows, then its session row.
 
-    def _change_frame(self, topic, session, changes: pd.DataFrame) -> pd.DataFrame:
-        data = {c: changes[c] if c in changes.columns else None for c in self.columns}
-        data.update(record=CHANGE_RECORD, topic=topic, session=session,
-                    is_latest=last_change_per_row(changes), info=np.nan)
-        return pd.DataFrame(data)
-
-    def _session_frame(self, topic, session, s: SessionState, status: str, row_count: int) -> pd.DataFrame:
+        Built once from its columns, each in the change rows' dtype: a batch that touches many
+        sessions pays this per session, and pyspark concatenates all groups' frames, where a
+        second, differently typed frame per group would cost a copy and turn the batch's columns
+        to objects.
+        """
         info = {"status": status, "first_seq": s.first_seq, "last_seq": s.last_seq,
                 "last_offset": s.last_offset, "snapshot_seq": s.snapshot_seq,
                 "snapshot_offset": s.snapshot_offset, "row_count": row_count,
                 "started_us": _us(s.started_ts), "last_event_us": _us(s.last_event_ts)}
-        frame = self._session_row.copy()
-        for name, value in (("topic", topic), ("session", session), ("partition", s.partition),
-                            ("offset", s.last_offset), ("seq", s.last_seq), ("info", json.dumps(info))):
-            frame.iat[0, self._position[name]] = value
-        return frame
+        n = len(changes)
+        own = {"record": [CHANGE_RECORD] * n + [SESSION_RECORD], "topic": [topic] * (n + 1),
+               "session": [session] * (n + 1), "info": [None] * n + [json.dumps(info)]}
+        session_row = {"partition": s.partition, "offset": s.last_offset, "seq": s.last_seq}
+        data = {}
+        for name in self.columns:
+            if name in own:
+                data[name] = np.array(own[name], dtype=object)
+            elif name == "is_latest":
+                data[name] = _plus_one(last_change_per_row(changes), None)
+            else:
+                data[name] = _plus_one(values_of(changes[name]), session_row.get(name))
+        return pd.DataFrame(data)
 
     def _frame(self, data: dict) -> pd.DataFrame:
         """A frame of the output's columns from some of them (the others null)."""
         return pd.DataFrame(data).reindex(columns=self.columns)
+
+
+def _plus_one(values, value):
+    """``values`` (a numpy or extension array) and one more element, null when ``value`` is None;
+    the dtype is kept where it holds a null (an int or bool column without one becomes float or
+    object, as ``pd.concat`` would make it)."""
+    if not isinstance(values, np.ndarray):
+        return type(values)._concat_same_type([values, type(values)._from_sequence([value], dtype=values.dtype)])
+    if value is None and values.dtype.kind in "iub":
+        values = values.astype(float if values.dtype.kind != "b" else object)
+    extra = np.empty(1, dtype=values.dtype)
+    extra[0] = value if value is not None else (None if values.dtype == object else np.nan
+                                                  if values.dtype.kind == "f" else np.datetime64("NaT"))
+    return np.concatenate([values, extra])
 
 
 def _split_ddl(ddl: str) -> list[str]:
