@@ -153,11 +153,13 @@ def _plus_one(values, value):
     if not isinstance(values, np.ndarray):
         return type(values)._concat_same_type([values, type(values)._from_sequence([value], dtype=values.dtype)])
     if value is None and values.dtype.kind in "iub":
-        values = values.astype(float if values.dtype.kind != "b" else object)
+        values = values.astype(object if values.dtype.kind == "b" else float)
     extra = np.empty(1, dtype=values.dtype)
-    extra[0] = value if value is not None else (None if values.dtype == object else np.nan
-                                                  if values.dtype.kind == "f" else np.datetime64("NaT"))
+    extra[0] = _NULL[values.dtype.kind] if value is None else value
     return np.concatenate([values, extra])
+
+
+_NULL = {"O": None, "f": np.nan, "M": np.datetime64("NaT")}  # by numpy dtype kind
 
 
 def _split_ddl(ddl: str) -> list[str]:
