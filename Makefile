@@ -20,7 +20,7 @@ help:
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
 	@echo "make bench             end-to-end benchmarks (reconstructor vs stateless limit vs peer, state scaling)"
 	@echo "                       -> bench-results.json; BENCH_ARGS='throughput --updates 500' to narrow"
-	@echo "make bench-core        the pure core micro-benchmark (no Spark)"
+	@echo "make bench-core        micro-benchmarks of the core and of the per-group path (no JVM)"
 	@echo "make up | down | status  the local Kafka broker (127.0.0.1:9092) and S3 endpoint (:9000)"
 	@echo "make smoke             the stack smoke pipeline (Kafka -> Spark -> Delta on S3A) alone"
 	@echo "make jars              resolve the JVM jars from Maven Central into .jars/"
