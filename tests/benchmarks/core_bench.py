@@ -92,13 +92,12 @@ def worker_groups(args, rng: random.Random) -> None:
     import pyarrow as pa
     from pyspark.serializers import CPickleSerializer
     from pyspark.sql.conversion import ArrowBatchTransformer
-    from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-    from reconstructor.spark.stateful import STATE_DDL, SessionReconstructor, state_to_tuple
+    from reconstructor.spark.stateful import SessionReconstructor, state_to_tuple
+    from tests.support.groupstate import VALUE_SCHEMA, group_state
 
     state, batch = _small_session(args, rng)
-    value_schema = _struct(STATE_DDL)  # StructType.fromDDL needs a JVM
-    pickled = CPickleSerializer().dumps(value_schema.toInternal(state_to_tuple(state, SCHEMA)))
+    pickled = CPickleSerializer().dumps(VALUE_SCHEMA.toInternal(state_to_tuple(state, SCHEMA)))
     utc = {c: batch[c].dt.tz_localize("UTC") for c in ("kafka_ts", "event_ts", "calibrated_at")}
     group = batch.assign(**utc)
     group.insert(0, "group_session", "s1")
@@ -110,27 +109,14 @@ def worker_groups(args, rng: random.Random) -> None:
     out, states = [], []
     for i in range(args.sessions):
         columns = ArrowBatchTransformer.to_pandas(arrow.slice(i * len(group), len(group)), timezone="UTC")
-        gs = GroupState(keyAsUnsafe=b"", valueSchema=value_schema,
-                        optionalValue=CPickleSerializer().loads(pickled), batchProcessingTimeMs=0,
-                        eventTimeWatermarkMs=-1, timeoutConf=GroupStateTimeout.ProcessingTimeTimeout,
-                        hasTimedOut=False, watermarkPresent=False, defined=True, updated=False,
-                        removed=False, timeoutTimestamp=-1)
+        gs = group_state(CPickleSerializer().loads(pickled))  # the worker unpickles each group's state
         out += [f for f in fn(("t", "s1"), iter([pd.concat(columns, axis=1)]), gs) if len(f)]
         states.append(pd.DataFrame({"properties": [gs.json()], "object": [
-            CPickleSerializer().dumps(value_schema.toInternal(gs._value))]}))
+            CPickleSerializer().dumps(VALUE_SCHEMA.toInternal(gs._value))]}))
     pd.concat(out, ignore_index=True), pd.concat(states, ignore_index=True)
     seconds = time.perf_counter() - t0
     print(f"the same, per group as pyspark's applyInPandasWithState worker runs it: "
           f"{seconds / args.sessions * 1000:.2f} ms per session")
-
-
-def _struct(ddl: str):
-    from pyspark.sql import types as T
-
-    simple = {"INT": T.IntegerType(), "BIGINT": T.LongType(), "STRING": T.StringType(),
-              "BINARY": T.BinaryType()}
-    fields = [part.split() for part in ddl.split(",")]
-    return T.StructType([T.StructField(name, simple[kind]) for name, kind in fields])
 
 
 if __name__ == "__main__":
