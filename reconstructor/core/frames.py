@@ -20,6 +20,9 @@ INPUT = ("partition", "offset", "kafka_ts", "key", "session", "seq", "type", "ev
 # One row per applied row change.
 # `row_pos` orders two changes of one row inside one message (-1: a row a snapshot dropped).
 CHANGE = ("partition", "offset", "seq", "type", "row_pos", "row_id", "op", "event_ts", "kafka_ts")
+# Of those, the int64 coordinates and the (naive UTC) times.
+INT_COLUMNS = ("partition", "offset", "seq", "row_pos")
+TIME_COLUMNS = ("kafka_ts", "event_ts")
 
 MESSAGE_TYPES = ("snapshot", "update", "end")
 OPS = ("upsert", "delete")
@@ -70,13 +73,10 @@ def canonical(s: pd.Series, col_type: str) -> pd.Series | None:
     return s.astype(object).where(s.notna(), None)  # strings, with None (not NaN) for a null
 
 
-def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = ("kafka_ts", "event_ts")) -> pd.DataFrame:
+def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = TIME_COLUMNS) -> pd.DataFrame:
     out = {n: _to_naive_utc(frame[n]) for n in names
            if n in frame.columns and not _is_naive_datetime(frame[n].dtype)}
     return frame.assign(**out) if out else frame  # assign copies the frame even for a no-op
-
-
-_INT_COLUMNS = ("partition", "offset", "seq", "row_pos")
 
 
 def change_rows(frame: pd.DataFrame, order, schema: RowSchema) -> pd.DataFrame:
@@ -89,13 +89,14 @@ def change_rows(frame: pd.DataFrame, order, schema: RowSchema) -> pd.DataFrame:
     data = {}
     for name in CHANGE:
         s = frame[name]
-        if name in _INT_COLUMNS:
+        if name in INT_COLUMNS:
             data[name] = s.to_numpy(dtype="int64")[order]
         else:
-            data[name] = take_values(_to_naive_utc(s) if name in ("event_ts", "kafka_ts") else s, order)
+            data[name] = take_values(_to_naive_utc(s) if name in TIME_COLUMNS else s, order)
     for col in schema.columns:
-        cast = canonical(frame[col.name], col.type)
-        data[col.name] = take_values(frame[col.name] if cast is None else cast, order)
+        s = frame[col.name]
+        cast = canonical(s, col.type)
+        data[col.name] = take_values(s if cast is None else cast, order)
     return pd.DataFrame(data, copy=False)
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from reconstructor.core.frames import CHANGE, change_rows, coerce_columns, coerce_times, take_values
+from reconstructor.core.frames import (CHANGE, INT_COLUMNS, change_rows, coerce_columns, coerce_times,
+                                       take_values)
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.schema import RowSchema
 
@@ -198,7 +199,7 @@ def _malformed(df: pd.DataFrame) -> np.ndarray:
 def _int_columns(changes: pd.DataFrame) -> pd.DataFrame:
     """The change frame's integer columns as int64; astype copies every column of the frame, even
     for a no-op, so only what needs it is cast."""
-    ints = {c: "int64" for c in ("partition", "offset", "seq", "row_pos") if changes[c].dtype != "int64"}
+    ints = {c: "int64" for c in INT_COLUMNS if changes[c].dtype != "int64"}
     return changes.astype(ints) if ints else changes
 
 
