@@ -19,43 +19,61 @@ _PLAIN = pa.ipc.IpcWriteOptions()
 _COMPRESSED = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
-def dump_table(table: pd.DataFrame, schema: RowSchema) -> bytes:
-    """Serialise a session table (pandas, indexed by ``row_id``) to Arrow IPC bytes."""
-    target = schema.arrow_schema()
-    # Column by column: pa.Table.from_pandas costs several times more for a table this small,
-    # and this runs for every touched session of every batch.  NaN, NaT and None become null.
-    arrays = [pa.array(table.index.to_numpy(), pa.string())]
-    arrays += [pa.array(table[field.name], type=field.type, from_pandas=True) for field in list(target)[1:]]
-    arrow = pa.Table.from_arrays(arrays, schema=target)
+def dump_table(table: pd.DataFrame | pa.Table, schema: RowSchema) -> bytes:
+    """Serialise a session table (pandas, indexed by ``row_id``, or Arrow from ``read_table``) to
+    Arrow IPC bytes."""
+    arrow = table if isinstance(table, pa.Table) else to_arrow(table, schema)
     sink = pa.BufferOutputStream()
-    options = _COMPRESSED if len(table) >= COMPRESS_FROM_ROWS else _PLAIN
+    options = _COMPRESSED if arrow.num_rows >= COMPRESS_FROM_ROWS else _PLAIN
     with pa.ipc.new_stream(sink, arrow.schema, options=options) as writer:
         writer.write_table(arrow)
     return sink.getvalue().to_pybytes()
 
 
+def to_arrow(table: pd.DataFrame, schema: RowSchema) -> pa.Table:
+    """A session table (pandas, indexed by ``row_id``) as Arrow, ``row_id`` first."""
+    target = schema.arrow_schema()
+    # Column by column: pa.Table.from_pandas costs several times more for a table this small,
+    # and this runs for every touched session of every batch.  NaN, NaT and None become null.
+    arrays = [pa.array(table.index.to_numpy(), pa.string())]
+    arrays += [pa.array(table[field.name], type=field.type, from_pandas=True) for field in list(target)[1:]]
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
 def load_table(blob: bytes, schema: RowSchema) -> pd.DataFrame:
-    """Read a session table back, evolving it to ``schema``.
+    """Read a session table back as pandas, evolving it to ``schema`` (see ``read_table``)."""
+    return to_frame(read_table(blob, schema))
+
+
+def read_table(blob: bytes, schema: RowSchema) -> pa.Table:
+    """Read a session table back as Arrow, evolving it to ``schema``.
 
     Columns the blob lacks come back null; columns the schema no longer has are dropped; a column
     whose type changed is cast when Arrow can do so without loss, else ``SchemaError``.
     """
     arrow = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
     target = schema.arrow_schema()
-    if not arrow.schema.equals(target):
-        arrow = _evolve(arrow, target, schema)
-    # Column by column into the core's canonical dtypes (naive UTC times, Int64, boolean): this
-    # runs for every touched session of every batch, and Table.to_pandas plus coerce_columns
-    # cost several times more for a table this small.
+    return arrow if arrow.schema.equals(target) else _evolve(arrow, target, schema)
+
+
+def to_frame(arrow: pa.Table) -> pd.DataFrame:
+    """An Arrow session table (``row_id`` first) as pandas, indexed by ``row_id``.
+
+    Column by column into the core's canonical dtypes (naive UTC times, Int64, boolean): this
+    runs for every touched session of every batch, and Table.to_pandas plus coerce_columns cost
+    several times more for a table this small.
+    """
     columns = {field.name: _to_pandas(column, field.type)
-               for field, column in zip(list(target)[1:], arrow.columns[1:])}
+               for field, column in zip(list(arrow.schema)[1:], arrow.columns[1:])}
     index = pd.Index(arrow.column(0).to_numpy(zero_copy_only=False), dtype=object, name="row_id")
     return pd.DataFrame(columns, index=index)
 
 
 def _to_pandas(column: pa.ChunkedArray, arrow_type: pa.DataType):
     if pa.types.is_timestamp(arrow_type):
-        return column.cast(pa.timestamp(arrow_type.unit)).to_numpy()
+        # Nanoseconds, as pyspark hands times over: a table read from its blob and one updated from
+        # a batch then have the same dtype, whichever way the session went.
+        return column.cast(pa.timestamp("ns")).to_numpy()
     if pa.types.is_int64(arrow_type) or pa.types.is_boolean(arrow_type):
         values = column.fill_null(False if pa.types.is_boolean(arrow_type) else 0).to_numpy()
         mask = column.is_null().to_numpy()

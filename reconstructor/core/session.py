@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from reconstructor.core.blob import to_frame
 from reconstructor.core.frames import (CHANGE, INT_COLUMNS, change_rows, coerce_columns, coerce_times,
                                        take_values)
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
@@ -25,7 +27,7 @@ OPEN, ENDED, TIMED_OUT = "open", "ended", "timed_out"
 
 @dataclass
 class SessionState:
-    """What is carried between micro-batches for one session (the blob holds ``table``)."""
+    """What is carried between micro-batches for one session (the blob holds its table)."""
 
     partition: int
     status: str
@@ -36,11 +38,25 @@ class SessionState:
     snapshot_offset: int
     started_ts: pd.Timestamp | None
     last_event_ts: pd.Timestamp | None
-    table: pd.DataFrame = field(repr=False)
+    #: The session table as held: pandas indexed by ``row_id``, or Arrow (``row_id`` first) as read
+    #: from the state blob.  A plain update batch goes from blob to blob in Arrow (``_update_run``)
+    #: and never pays for pandas; ``table`` converts on first use.
+    stored: pd.DataFrame | pa.Table = field(repr=False)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The session table as pandas, indexed by ``row_id``."""
+        if isinstance(self.stored, pa.Table):
+            self.stored = to_frame(self.stored)
+        return self.stored
+
+    @table.setter
+    def table(self, frame: pd.DataFrame) -> None:
+        self.stored = frame
 
     @property
     def row_count(self) -> int:
-        return len(self.table)
+        return len(self.stored)
 
 
 @dataclass
@@ -185,7 +201,7 @@ def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState |
         snapshot_offset=int(snaps["offset"].iloc[-1]) if len(snaps) else state.snapshot_offset,
         started_ts=state.started_ts if state is not None else _ts(valid["event_ts"].iloc[0]),
         last_event_ts=_ts(last["event_ts"]),
-        table=table,
+        stored=table,
     )
     return BatchResult(changes, new_state, skipped=skipped)
 
@@ -252,7 +268,7 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
             return None
         table = rows.iloc[:snapshot_rows].set_index("row_id")[names]
     else:
-        table = state.table
+        table = state.stored
     if snapshot_rows < len(rows):
         table = _apply_updates(rows.iloc[snapshot_rows:], table, names)
         if isinstance(table, tuple):
@@ -262,12 +278,12 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     last_seq, last_offset, last_ts = int(expected[-1]), int(offsets[last]), _ts(df["event_ts"].iloc[last])
     if state is not None:
         return BatchResult(changes, replace(state, last_seq=last_seq, last_offset=last_offset,
-                                            last_event_ts=last_ts, table=table))
+                                            last_event_ts=last_ts, stored=table))
     first = int(first_row[by_seq[0]])
     return BatchResult(changes, SessionState(
         partition=int(partition), status=OPEN, first_seq=start, last_seq=last_seq,
         last_offset=last_offset, snapshot_seq=start, snapshot_offset=int(offsets[first]),
-        started_ts=_ts(df["event_ts"].iloc[first]), last_event_ts=last_ts, table=table))
+        started_ts=_ts(df["event_ts"].iloc[first]), last_event_ts=last_ts, stored=table))
 
 
 def last_change_per_row(changes: pd.DataFrame) -> np.ndarray:
@@ -328,17 +344,20 @@ def _empty_table(schema: RowSchema) -> pd.DataFrame:
     return schema.empty_frame()
 
 
-def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame, names: list[str]):
+def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame | pa.Table, names: list[str]):
     """Upserts and deletes of one run of update messages, in (seq, row_pos) order, vectorised.
 
     A delete is valid when the row exists just before it: the previous op on that row in the run
-    is an upsert, or there is none and the row is in the table.
+    is an upsert, or there is none and the row is in the table.  ``table`` is pandas or Arrow (a
+    state read from its blob), and the new table is the same kind.
     """
     ids = ops["row_id"]
+    table_ids = table.column(0).to_numpy(zero_copy_only=False) if isinstance(table, pa.Table) \
+        else table.index.to_numpy()
     is_delete = ops["op"].eq("delete").to_numpy()
     if is_delete.any():
         prev_op = ops.groupby("row_id", sort=False)["op"].shift()
-        existed = prev_op.eq("upsert").to_numpy() | (prev_op.isna().to_numpy() & ids.isin(table.index).to_numpy())
+        existed = prev_op.eq("upsert").to_numpy() | (prev_op.isna().to_numpy() & ids.isin(table_ids).to_numpy())
         unknown = np.flatnonzero(is_delete & ~existed)
         if unknown.size:
             bad = ops.iloc[int(unknown[0])]
@@ -349,11 +368,16 @@ def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame, names: list[str]):
     id_values = ids.to_numpy()
     final = np.flatnonzero(~pd.Index(id_values).duplicated(keep="last"))
     up = final[~is_delete[final]]
-    kept = np.flatnonzero(~table.index.isin(id_values[final]))
+    kept = np.flatnonzero(~pd.Index(table_ids).isin(id_values[final]))
     if len(kept) == len(table) and not len(up):
         return table
-    index = pd.Index(np.concatenate([table.index.to_numpy()[kept], id_values[up]]), dtype=object,
-                     name="row_id")
+    if isinstance(table, pa.Table):
+        added = pa.Table.from_arrays(
+            [pa.array(id_values[up], pa.string())]
+            + [pa.array(take_values(ops[f.name], up), type=f.type, from_pandas=True) for f in list(table.schema)[1:]],
+            schema=table.schema)
+        return pa.concat_tables([table.take(kept), added]).combine_chunks()
+    index = pd.Index(np.concatenate([table_ids[kept], id_values[up]]), dtype=object, name="row_id")
     return pd.DataFrame({name: _stack(table[name], kept, ops[name], up) for name in names},
                         index=index, copy=False)
 

@@ -21,7 +21,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-from reconstructor.core.blob import dump_table, load_table
+from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.frames import INPUT, values_of
 from reconstructor.core.session import (OPEN, TIMED_OUT, SessionState, empty_changes, last_change_per_row,
                                          process_batch)
@@ -69,14 +69,14 @@ def state_to_tuple(state: SessionState, schema: RowSchema) -> tuple:
     return (
         state.partition, state.status, state.first_seq, state.last_seq, state.last_offset,
         state.snapshot_seq, state.snapshot_offset, _us(state.started_ts), _us(state.last_event_ts),
-        state.row_count, dump_table(state.table, schema),
+        state.row_count, dump_table(state.stored, schema),
     )
 
 
 def state_from_tuple(row, schema: RowSchema, with_table: bool = True) -> SessionState:
     (partition, status, first_seq, last_seq, last_offset, snapshot_seq, snapshot_offset,
      started_us, last_event_us, _row_count, blob) = tuple(row)
-    table = load_table(bytes(blob), schema) if with_table else schema.empty_frame()
+    table = read_table(bytes(blob), schema) if with_table else schema.empty_frame()
     return SessionState(int(partition), status, int(first_seq), int(last_seq), int(last_offset),
                         int(snapshot_seq), int(snapshot_offset), _from_us(started_us),
                         _from_us(last_event_us), table)

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from reconstructor.core.blob import dump_table, load_table
+from reconstructor.core.blob import dump_table, load_table, read_table
 from reconstructor.core.session import process_batch
 from tests.support.model import SCHEMA, Msg, to_frame
 
@@ -77,9 +77,9 @@ def small_batches(args, rng: random.Random) -> None:
     blob = dump_table(state.table, SCHEMA)
     t0 = time.perf_counter()
     for _ in range(args.sessions):
-        state.table = load_table(blob, SCHEMA)
+        state.stored = read_table(blob, SCHEMA)  # as the Spark shell reads it
         result = process_batch("t", "s1", [batch], state, SCHEMA)
-        dump_table(result.state.table, SCHEMA)
+        dump_table(result.state.stored, SCHEMA)
     seconds = time.perf_counter() - t0
     print(f"{args.sessions:,} sessions x {args.small_updates} updates on a {args.small_rows}-row table: "
           f"{seconds / args.sessions * 1000:.2f} ms per session (blob in, apply, blob out)")

@@ -6,12 +6,13 @@ import copy
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconstructor.core import ViolationKind
-from reconstructor.core.blob import dump_table, load_table
+from reconstructor.core.blob import dump_table, load_table, read_table
 from reconstructor.core.session import (SessionState, _any_batch, _update_run, last_change_per_row,
                                          process_batch)
 from tests.support.model import (SCHEMA, Model, ModelViolation, Msg, normalise_values,
@@ -36,7 +37,7 @@ def run_core(batches: list[list[Msg]], split: list[int] | None = None, through_b
         changes.append(result.changes)
         state = result.state
         if through_blob and state is not None:
-            state.table = load_table(dump_table(state.table, SCHEMA), SCHEMA)
+            state.stored = read_table(dump_table(state.stored, SCHEMA), SCHEMA)  # as the Spark shell does
     return state, changes, None
 
 
@@ -104,7 +105,8 @@ def test_the_update_fast_path_agrees_with_the_general_path(data, split):
         frame = to_frame(batch).sample(frac=1, random_state=i)
         parts = split[i % len(split)]
         df = pd.concat([f for f in np.array_split(frame, parts) if len(f)], ignore_index=True)
-        general = _any_batch("sensor-1", "s1", df, state, SCHEMA, await_snapshot=False)
+        general = _any_batch("sensor-1", "s1", df, copy.copy(state), SCHEMA, await_snapshot=False)
+        arrow_in = state is not None and isinstance(state.stored, pa.Table)
         fast = _update_run(df, state, SCHEMA)
         ordered = sorted(batch, key=lambda m: m.seq)
         plain_updates = all(m.type == "update" and m.rows for m in ordered[state is None:])
@@ -114,10 +116,15 @@ def test_the_update_fast_path_agrees_with_the_general_path(data, split):
         if fast is not None:
             assert general.violation is None
             pd.testing.assert_frame_equal(fast.changes, general.changes)
+            # A state read from its blob goes to the next blob in Arrow, never through pandas.
+            assert isinstance(fast.state.stored, pa.Table) == arrow_in
             pd.testing.assert_frame_equal(fast.state.table, general.state.table)
-            assert {k: v for k, v in vars(fast.state).items() if k != "table"} == \
-                {k: v for k, v in vars(general.state).items() if k != "table"}
+            assert {k: v for k, v in vars(fast.state).items() if k != "stored"} == \
+                {k: v for k, v in vars(general.state).items() if k != "stored"}
         state = general.state
+        if state is not None and i % 2:  # as the Spark shell reads a state: its table in Arrow
+            state = copy.copy(state)
+            state.stored = read_table(dump_table(state.stored, SCHEMA), SCHEMA)
 
 
 def merge_last_changes(changes: list[pd.DataFrame]) -> dict:
@@ -265,8 +272,8 @@ def test_blob_round_trips_every_column_type_with_nulls_in_canonical_dtypes(rows)
                                         index=pd.Index([f"r{i}" for i in range(rows)], name="row_id")), schema)
     loaded = load_table(dump_table(table, schema), schema)
     assert dict(loaded.dtypes.astype(str)) == {"c_string": "object", "c_double": "float64", "c_long": "Int64",
-                                               "c_boolean": "boolean", "c_timestamp": "datetime64[us]"}
-    pd.testing.assert_frame_equal(loaded, table.astype({"c_timestamp": "datetime64[us]"}))
+                                               "c_boolean": "boolean", "c_timestamp": "datetime64[ns]"}
+    pd.testing.assert_frame_equal(loaded, table.astype({"c_timestamp": "datetime64[ns]"}))
 
 
 def test_only_large_tables_are_compressed_in_the_blob(monkeypatch):
@@ -277,7 +284,7 @@ def test_only_large_tables_are_compressed_in_the_blob(monkeypatch):
     def tables(rows):
         return pd.DataFrame({"temperature": [20.5] * rows, "pressure": [1.0] * rows, "humidity": [0.5] * rows,
                              "status": ["ok"] * rows, "reading_count": pd.array(range(rows), dtype="Int64"),
-                             "calibrated_at": pd.Series([pd.Timestamp("2026-11-22")] * rows, dtype="datetime64[us]")},
+                             "calibrated_at": pd.Series([pd.Timestamp("2026-11-22")] * rows, dtype="datetime64[ns]")},
                             index=pd.Index([f"row-{i}" for i in range(rows)], name="row_id"))
 
     small, large = tables(blob.COMPRESS_FROM_ROWS - 1), tables(blob.COMPRESS_FROM_ROWS)
