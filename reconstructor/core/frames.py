@@ -79,12 +79,12 @@ def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = TIME_COLUMNS) -> 
     return frame.assign(**out) if out else frame  # assign copies the frame even for a no-op
 
 
-def change_rows(frame: pd.DataFrame, order, schema: RowSchema) -> pd.DataFrame:
-    """The rows of an input ``frame`` at positions ``order``, as a change frame (``CHANGE`` and the
-    row columns, canonical dtypes, int64 coordinates, naive UTC times, a fresh RangeIndex).
+def change_rows(frame: pd.DataFrame, order, schema: RowSchema) -> dict:
+    """The rows of an input ``frame`` at positions ``order``, as change columns (``CHANGE`` and the
+    row columns: canonical dtypes, int64 coordinates, naive UTC times).
 
-    Built once from its columns: a take, the casts and a column pick would each copy the frame,
-    and this runs for every touched session of every micro-batch.
+    Columns, not a frame: a take, the casts and a column pick would each copy a frame, and this
+    runs for every touched session of every micro-batch, whose output is built from columns.
     """
     data = {}
     for name in CHANGE:
@@ -97,12 +97,16 @@ def change_rows(frame: pd.DataFrame, order, schema: RowSchema) -> pd.DataFrame:
         s = frame[col.name]
         cast = canonical(s, col.type)
         data[col.name] = take_values(s if cast is None else cast, order)
-    return pd.DataFrame(data, copy=False)
+    return data
 
 
 def take_values(s: pd.Series, order):
     """``s``'s values at positions ``order``: a numpy array, or an extension array (Int64, boolean)."""
-    values = values_of(s)
+    return take(values_of(s), order)
+
+
+def take(values, order):
+    """``values`` (a numpy or extension array) at positions ``order``."""
     return values[order] if isinstance(values, np.ndarray) else values.take(order)
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from reconstructor.core.blob import to_frame
 from reconstructor.core.frames import (CHANGE, INT_COLUMNS, change_rows, coerce_columns, coerce_times,
-                                       take_values)
+                                       take, take_values, values_of)
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.schema import RowSchema
 
@@ -61,10 +61,22 @@ class SessionState:
 
 @dataclass
 class BatchResult:
-    changes: pd.DataFrame
+    #: The applied row changes as columns (``CHANGE`` and the row columns, canonical dtypes, in
+    #: apply order): the Spark shell builds its output from these, and a frame per touched
+    #: session would be built only to be taken apart again.  ``changes`` is the same as a frame.
+    columns: dict
     state: SessionState | None
     violation: IntegrityViolation | None = None
     skipped: int = 0  # messages skipped while awaiting a snapshot
+
+    @functools.cached_property
+    def changes(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns, copy=False)
+
+
+def columns_of(frame: pd.DataFrame) -> dict:
+    """A change frame as ``BatchResult.columns``."""
+    return {name: values_of(frame[name]) for name in frame.columns}
 
 
 def empty_changes(schema: RowSchema) -> pd.DataFrame:
@@ -87,7 +99,7 @@ def process_batch(
     """Check and apply one micro-batch of one session. Never raises for bad input: returns it."""
     df = _gather(frames)
     if df.empty:
-        return BatchResult(empty_changes(schema), state)
+        return BatchResult(columns_of(empty_changes(schema)), state)
     fast = _update_run(df, state, schema)
     if fast is not None:
         return fast
@@ -136,7 +148,7 @@ def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState |
             skipped = first_snap
             msgs = msgs.iloc[first_snap:].reset_index(drop=True)
             if msgs.empty:
-                return BatchResult(empty_changes(schema), None, skipped=skipped)
+                return BatchResult(columns_of(empty_changes(schema)), None, skipped=skipped)
         ref_partition = int(msgs["partition"].iloc[0])
         expected0 = int(msgs["seq"].iloc[0])
     else:
@@ -203,7 +215,7 @@ def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState |
         last_event_ts=_ts(last["event_ts"]),
         stored=table,
     )
-    return BatchResult(changes, new_state, skipped=skipped)
+    return BatchResult(columns_of(changes), new_state, skipped=skipped)
 
 
 def _malformed(df: pd.DataFrame) -> np.ndarray:
@@ -264,13 +276,14 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     names = schema.names
     snapshot_rows = int(in_snapshot.sum())  # the snapshot's rows sort first
     if state is None:
-        if _snapshot_problem(rows.iloc[:snapshot_rows]) is not None:
+        snapshot = pd.DataFrame({k: v[:snapshot_rows] for k, v in rows.items()})
+        if _snapshot_problem(snapshot) is not None:
             return None
-        table = rows.iloc[:snapshot_rows].set_index("row_id")[names]
+        table = snapshot.set_index("row_id")[names]
     else:
         table = state.stored
-    if snapshot_rows < len(rows):
-        table = _apply_updates(rows.iloc[snapshot_rows:], table, names)
+    if snapshot_rows < len(df):
+        table = _apply_updates({k: v[snapshot_rows:] for k, v in rows.items()}, table, names)
         if isinstance(table, tuple):
             return None  # a delete of an unknown row
     changes = rows
@@ -286,13 +299,13 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
         started_ts=_ts(df["event_ts"].iloc[first]), last_event_ts=last_ts, stored=table))
 
 
-def last_change_per_row(changes: pd.DataFrame) -> np.ndarray:
-    """True on each row's last change in ``changes`` (which are in apply order, ``(seq, row_pos)``).
+def last_change_per_row(row_ids) -> np.ndarray:
+    """True on each row's last change, given the ``row_id`` of changes in apply order, ``(seq, row_pos)``.
 
     Those are what ``current_rows`` needs from a batch: the group knows them already, so the sink
     does not have to shuffle and aggregate the whole change log to find them.
     """
-    return ~changes["row_id"].duplicated(keep="last").to_numpy()
+    return ~pd.Index(row_ids).duplicated(keep="last")
 
 
 def _apply(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: RowSchema,
@@ -344,28 +357,30 @@ def _empty_table(schema: RowSchema) -> pd.DataFrame:
     return schema.empty_frame()
 
 
-def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame | pa.Table, names: list[str]):
+def _apply_updates(ops, table: pd.DataFrame | pa.Table, names: list[str]):
     """Upserts and deletes of one run of update messages, in (seq, row_pos) order, vectorised.
 
-    A delete is valid when the row exists just before it: the previous op on that row in the run
-    is an upsert, or there is none and the row is in the table.  ``table`` is pandas or Arrow (a
-    state read from its blob), and the new table is the same kind.
+    ``ops`` is a change frame or its columns (``BatchResult.columns``).  A delete is valid when
+    the row exists just before it: the previous op on that row in the run is an upsert, or there
+    is none and the row is in the table.  ``table`` is pandas or Arrow (a state read from its
+    blob), and the new table is the same kind.
     """
-    ids = ops["row_id"]
+    if isinstance(ops, pd.DataFrame):
+        ops = columns_of(ops)
+    id_values, op_values = ops["row_id"], ops["op"]
     table_ids = table.column(0).to_numpy(zero_copy_only=False) if isinstance(table, pa.Table) \
         else table.index.to_numpy()
-    is_delete = ops["op"].eq("delete").to_numpy()
+    is_delete = op_values == "delete"
     if is_delete.any():
-        prev_op = ops.groupby("row_id", sort=False)["op"].shift()
-        existed = prev_op.eq("upsert").to_numpy() | (prev_op.isna().to_numpy() & ids.isin(table_ids).to_numpy())
+        prev_op = pd.Series(op_values).groupby(id_values, sort=False).shift()
+        existed = prev_op.eq("upsert").to_numpy() | (prev_op.isna().to_numpy() & pd.Index(id_values).isin(table_ids))
         unknown = np.flatnonzero(is_delete & ~existed)
         if unknown.size:
-            bad = ops.iloc[int(unknown[0])]
+            bad = {name: values[int(unknown[0])] for name, values in ops.items()}
             return (_row_violation(ViolationKind.UNKNOWN_ROW, bad),
                     f"delete of row {bad['row_id']!r}, which is not in the session's table")
     # Positions, and the new table built once from its columns: a frame-level filter, column pick
     # and concat cost a copy each, and this runs for every touched session of every batch.
-    id_values = ids.to_numpy()
     final = np.flatnonzero(~pd.Index(id_values).duplicated(keep="last"))
     up = final[~is_delete[final]]
     kept = np.flatnonzero(~pd.Index(table_ids).isin(id_values[final]))
@@ -374,17 +389,16 @@ def _apply_updates(ops: pd.DataFrame, table: pd.DataFrame | pa.Table, names: lis
     if isinstance(table, pa.Table):
         added = pa.Table.from_arrays(
             [pa.array(id_values[up], pa.string())]
-            + [pa.array(take_values(ops[f.name], up), type=f.type, from_pandas=True) for f in list(table.schema)[1:]],
+            + [pa.array(take(ops[f.name], up), type=f.type, from_pandas=True) for f in list(table.schema)[1:]],
             schema=table.schema)
         return pa.concat_tables([table.take(kept), added]).combine_chunks()
     index = pd.Index(np.concatenate([table_ids[kept], id_values[up]]), dtype=object, name="row_id")
-    return pd.DataFrame({name: _stack(table[name], kept, ops[name], up) for name in names},
+    return pd.DataFrame({name: _stack(take_values(table[name], kept), take(ops[name], up)) for name in names},
                         index=index, copy=False)
 
 
-def _stack(old: pd.Series, old_pos: np.ndarray, new: pd.Series, new_pos: np.ndarray):
-    """``old[old_pos]`` then ``new[new_pos]``, as one array in the dtype ``pd.concat`` would give."""
-    a, b = take_values(old, old_pos), take_values(new, new_pos)
+def _stack(a, b):
+    """Two value arrays as one, in the dtype ``pd.concat`` would give."""
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return np.concatenate([a, b])
     if a.dtype == b.dtype:
@@ -415,7 +429,7 @@ def _row_violation(kind: ViolationKind, row: pd.Series) -> IntegrityViolation:
 
 
 def _fail(schema: RowSchema, state, v: IntegrityViolation) -> BatchResult:
-    return BatchResult(empty_changes(schema), state, violation=v)
+    return BatchResult(columns_of(empty_changes(schema)), state, violation=v)
 
 
 def _next(state: SessionState | None) -> int | None:

@@ -22,8 +22,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.blob import dump_table, read_table
-from reconstructor.core.frames import INPUT, values_of
-from reconstructor.core.session import (OPEN, TIMED_OUT, SessionState, empty_changes, last_change_per_row,
+from reconstructor.core.frames import INPUT
+from reconstructor.core.session import (OPEN, TIMED_OUT, SessionState, columns_of, empty_changes, last_change_per_row,
                                          process_batch)
 from reconstructor.schema import RowSchema
 
@@ -90,7 +90,7 @@ class SessionReconstructor:
         self.timeout_ms = int(session_timeout_ms)
         self.await_snapshot = await_snapshot
         self.columns = [f.split(" ", 1)[0].strip("`") for f in _split_ddl(output_ddl(schema))]
-        self._no_changes = empty_changes(schema)
+        self._no_changes = columns_of(empty_changes(schema))
 
     def __call__(self, key, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         topic, session = key
@@ -112,9 +112,9 @@ class SessionReconstructor:
         new = result.state
         state.update(state_to_tuple(new, self.schema))
         state.setTimeoutDuration(self.timeout_ms)
-        yield self._group_frame(topic, session, result.changes, new, new.status, row_count=new.row_count)
+        yield self._group_frame(topic, session, result.columns, new, new.status, row_count=new.row_count)
 
-    def _group_frame(self, topic, session, changes: pd.DataFrame, s: SessionState, status: str,
+    def _group_frame(self, topic, session, changes: dict, s: SessionState, status: str,
                      row_count: int) -> pd.DataFrame:
         """The group's output as one frame: its change rows, then its session row.
 
@@ -127,7 +127,7 @@ class SessionReconstructor:
                 "last_offset": s.last_offset, "snapshot_seq": s.snapshot_seq,
                 "snapshot_offset": s.snapshot_offset, "row_count": row_count,
                 "started_us": _us(s.started_ts), "last_event_us": _us(s.last_event_ts)}
-        n = len(changes)
+        n = len(changes["row_id"])
         own = {"record": [CHANGE_RECORD] * n + [SESSION_RECORD], "topic": [topic] * (n + 1),
                "session": [session] * (n + 1), "info": [None] * n + [json.dumps(info)]}
         session_row = {"partition": s.partition, "offset": s.last_offset, "seq": s.last_seq}
@@ -136,9 +136,9 @@ class SessionReconstructor:
             if name in own:
                 data[name] = np.array(own[name], dtype=object)
             elif name == "is_latest":
-                data[name] = _plus_one(last_change_per_row(changes), None)
+                data[name] = _plus_one(last_change_per_row(changes["row_id"]), None)
             else:
-                data[name] = _plus_one(values_of(changes[name]), session_row.get(name))
+                data[name] = _plus_one(changes[name], session_row.get(name))
         return pd.DataFrame(data)
 
     def _frame(self, data: dict) -> pd.DataFrame:

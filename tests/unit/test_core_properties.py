@@ -131,7 +131,7 @@ def merge_last_changes(changes: list[pd.DataFrame]) -> dict:
     """What the current_rows MERGE does with each batch: apply only the rows marked last."""
     table: dict = {}
     for batch in changes:
-        last = batch[last_change_per_row(batch)]
+        last = batch[last_change_per_row(batch["row_id"])]
         assert not last["row_id"].duplicated().any()
         table.update(replay_changes([last]))
         for rid in last.loc[last["op"] == "delete", "row_id"]:
