@@ -423,7 +423,7 @@ def _stamp(frame: pd.DataFrame, msg: pd.Series, op: str) -> pd.DataFrame:
     return frame
 
 
-def _row_violation(kind: ViolationKind, row: pd.Series) -> IntegrityViolation:
+def _row_violation(kind: ViolationKind, row) -> IntegrityViolation:
     return IntegrityViolation(kind, None, _int(row["partition"]), _int(row["offset"]), None,
                               _int(row["seq"]), _int(row["seq"]))
 
