@@ -6,6 +6,7 @@ after a nullable column is added (the new column reads as null) or one is droppe
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -32,12 +33,24 @@ def dump_table(table: pd.DataFrame | pa.Table, schema: RowSchema) -> bytes:
 
 def to_arrow(table: pd.DataFrame, schema: RowSchema) -> pa.Table:
     """A session table (pandas, indexed by ``row_id``) as Arrow, ``row_id`` first."""
-    target = schema.arrow_schema()
-    # Column by column: pa.Table.from_pandas costs several times more for a table this small,
-    # and this runs for every touched session of every batch.  NaN, NaT and None become null.
-    arrays = [pa.array(table.index.to_numpy(), pa.string())]
-    arrays += [pa.array(table[field.name], type=field.type, from_pandas=True) for field in list(target)[1:]]
+    return arrow_rows(table.index.to_numpy(), table, schema.arrow_schema())
+
+
+def arrow_rows(ids, values, target: pa.Schema) -> pa.Table:
+    """Session table rows as Arrow in ``target``: ``ids``, then each column's values from
+    ``values`` (column name -> Series or array).  NaN, NaT and None become null.
+
+    Column by column: pa.Table.from_pandas costs several times more for a table this small, and
+    this runs for every touched session of every batch.
+    """
+    arrays = [pa.array(ids, pa.string())]
+    arrays += [pa.array(values[field.name], type=field.type, from_pandas=True) for field in list(target)[1:]]
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def row_ids(table: pd.DataFrame | pa.Table) -> np.ndarray:
+    """A session table's row ids (the pandas index, or the Arrow table's first column)."""
+    return table.column(0).to_numpy(zero_copy_only=False) if isinstance(table, pa.Table) else table.index.to_numpy()
 
 
 def load_table(blob: bytes, schema: RowSchema) -> pd.DataFrame:
@@ -65,7 +78,7 @@ def to_frame(arrow: pa.Table) -> pd.DataFrame:
     """
     columns = {field.name: _to_pandas(column, field.type)
                for field, column in zip(list(arrow.schema)[1:], arrow.columns[1:])}
-    index = pd.Index(arrow.column(0).to_numpy(zero_copy_only=False), dtype=object, name="row_id")
+    index = pd.Index(row_ids(arrow), dtype=object, name="row_id")
     return pd.DataFrame(columns, index=index)
 
 

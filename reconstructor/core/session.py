@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from reconstructor.core.blob import to_frame
+from reconstructor.core.blob import arrow_rows, row_ids, to_frame
 from reconstructor.core.frames import (CHANGE, INT_COLUMNS, change_rows, coerce_columns, coerce_times,
                                        take, take_values, values_of)
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
@@ -368,12 +368,11 @@ def _apply_updates(ops, table: pd.DataFrame | pa.Table, names: list[str]):
     if isinstance(ops, pd.DataFrame):
         ops = columns_of(ops)
     id_values, op_values = ops["row_id"], ops["op"]
-    table_ids = table.column(0).to_numpy(zero_copy_only=False) if isinstance(table, pa.Table) \
-        else table.index.to_numpy()
+    ids, table_ids = pd.Index(id_values), row_ids(table)
     is_delete = op_values == "delete"
     if is_delete.any():
         prev_op = pd.Series(op_values).groupby(id_values, sort=False).shift()
-        existed = prev_op.eq("upsert").to_numpy() | (prev_op.isna().to_numpy() & pd.Index(id_values).isin(table_ids))
+        existed = prev_op.eq("upsert").to_numpy() | (prev_op.isna().to_numpy() & ids.isin(table_ids))
         unknown = np.flatnonzero(is_delete & ~existed)
         if unknown.size:
             bad = {name: values[int(unknown[0])] for name, values in ops.items()}
@@ -381,16 +380,13 @@ def _apply_updates(ops, table: pd.DataFrame | pa.Table, names: list[str]):
                     f"delete of row {bad['row_id']!r}, which is not in the session's table")
     # Positions, and the new table built once from its columns: a frame-level filter, column pick
     # and concat cost a copy each, and this runs for every touched session of every batch.
-    final = np.flatnonzero(~pd.Index(id_values).duplicated(keep="last"))
+    final = np.flatnonzero(~ids.duplicated(keep="last"))
     up = final[~is_delete[final]]
     kept = np.flatnonzero(~pd.Index(table_ids).isin(id_values[final]))
     if len(kept) == len(table) and not len(up):
         return table
     if isinstance(table, pa.Table):
-        added = pa.Table.from_arrays(
-            [pa.array(id_values[up], pa.string())]
-            + [pa.array(take(ops[f.name], up), type=f.type, from_pandas=True) for f in list(table.schema)[1:]],
-            schema=table.schema)
+        added = arrow_rows(id_values[up], {name: take(ops[name], up) for name in names}, table.schema)
         return pa.concat_tables([table.take(kept), added]).combine_chunks()
     index = pd.Index(np.concatenate([table_ids[kept], id_values[up]]), dtype=object, name="row_id")
     return pd.DataFrame({name: _stack(take_values(table[name], kept), take(ops[name], up)) for name in names},
