@@ -79,9 +79,9 @@ def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = TIME_COLUMNS) -> 
     return frame.assign(**out) if out else frame  # assign copies the frame even for a no-op
 
 
-def change_rows(frame: pd.DataFrame, order, schema: RowSchema) -> dict:
-    """The rows of an input ``frame`` at positions ``order``, as change columns (``CHANGE`` and the
-    row columns: canonical dtypes, int64 coordinates, naive UTC times).
+def change_rows(frame, order, schema: RowSchema) -> dict:
+    """The rows of an input ``frame`` (or its columns by name) at positions ``order``, as change
+    columns (``CHANGE`` and the row columns: canonical dtypes, int64 coordinates, naive UTC times).
 
     Columns, not a frame: a take, the casts and a column pick would each copy a frame, and this
     runs for every touched session of every micro-batch, whose output is built from columns.

@@ -218,10 +218,16 @@ def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState |
     return BatchResult(columns_of(changes), new_state, skipped=skipped)
 
 
-def _malformed(df: pd.DataFrame) -> np.ndarray:
-    """Records that did not parse, or whose Kafka key is missing or not their session."""
+def _malformed(df) -> np.ndarray:
+    """Records that did not parse, or whose Kafka key is missing or not their session (``df``: a
+    frame, or its columns by name)."""
     key = df["key"].to_numpy()
     return pd.notna(df["error"].to_numpy()) | pd.isna(key) | (key != df["session"].to_numpy())
+
+
+def _has_null(s: pd.Series) -> bool:
+    """Whether ``s`` holds a null; a numpy int or bool column cannot, and is not scanned."""
+    return s.dtype.kind not in "iub" and bool(s.isna().any())
 
 
 def _int_columns(changes: pd.DataFrame) -> pd.DataFrame:
@@ -250,14 +256,17 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     """
     if state is not None and state.status != OPEN:
         return None
-    if _malformed(df).any() or df["row_pos"].isna().any() or df["seq"].isna().any() \
-            or df["offset"].isna().any():
+    # Each column read once: a frame's column access costs more than the check made with it, and
+    # this runs for every touched session of every micro-batch.
+    cols = dict(df.items())
+    if _malformed(cols).any() or any(_has_null(cols[c]) for c in ("row_pos", "seq", "offset")):
         return None
-    partition = state.partition if state is not None else df["partition"].iloc[0]
-    if not (df["partition"].to_numpy() == partition).all():
+    partitions = cols["partition"].to_numpy()
+    partition = state.partition if state is not None else partitions[0]
+    if not (partitions == partition).all():
         return None
-    offsets = df["offset"].to_numpy(dtype=np.int64)
-    seqs = df["seq"].to_numpy(dtype=np.int64)
+    offsets = cols["offset"].to_numpy(dtype=np.int64)
+    seqs = cols["seq"].to_numpy(dtype=np.int64)
     msg_offsets, first_row = np.unique(offsets, return_index=True)
     msg_seqs = seqs[first_row]
     if not np.array_equal(seqs, msg_seqs[np.searchsorted(msg_offsets, offsets)]):
@@ -267,12 +276,12 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     expected = start + np.arange(len(msg_seqs), dtype=np.int64)
     if not np.array_equal(msg_seqs[by_seq], expected):
         return None  # a gap or a duplicate
-    types = df["type"].to_numpy()
+    types = cols["type"].to_numpy()
     is_update = types == "update"
     in_snapshot = (seqs == start) if state is None else np.zeros(len(df), dtype=bool)
     if not (is_update | in_snapshot).all() or not (types[in_snapshot] == "snapshot").all():
         return None
-    rows = change_rows(df, np.lexsort((df["row_pos"].to_numpy(dtype=np.int64), seqs)), schema)
+    rows = change_rows(cols, np.lexsort((cols["row_pos"].to_numpy(dtype=np.int64), seqs)), schema)
     names = schema.names
     snapshot_rows = int(in_snapshot.sum())  # the snapshot's rows sort first
     if state is None:
@@ -288,7 +297,7 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
             return None  # a delete of an unknown row
     changes = rows
     last = int(first_row[by_seq[-1]])
-    last_seq, last_offset, last_ts = int(expected[-1]), int(offsets[last]), _ts(df["event_ts"].iloc[last])
+    last_seq, last_offset, last_ts = int(expected[-1]), int(offsets[last]), _ts(cols["event_ts"].iloc[last])
     if state is not None:
         return BatchResult(changes, replace(state, last_seq=last_seq, last_offset=last_offset,
                                             last_event_ts=last_ts, stored=table))
@@ -296,7 +305,7 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
     return BatchResult(changes, SessionState(
         partition=int(partition), status=OPEN, first_seq=start, last_seq=last_seq,
         last_offset=last_offset, snapshot_seq=start, snapshot_offset=int(offsets[first]),
-        started_ts=_ts(df["event_ts"].iloc[first]), last_event_ts=last_ts, stored=table))
+        started_ts=_ts(cols["event_ts"].iloc[first]), last_event_ts=last_ts, stored=table))
 
 
 def last_change_per_row(row_ids) -> np.ndarray:

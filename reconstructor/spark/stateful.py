@@ -139,7 +139,7 @@ class SessionReconstructor:
                 data[name] = _plus_one(last_change_per_row(changes["row_id"]), None)
             else:
                 data[name] = _plus_one(changes[name], session_row.get(name))
-        return pd.DataFrame(data)
+        return pd.DataFrame(data, copy=False)  # the arrays are this frame's own: no copy needed
 
     def _frame(self, data: dict) -> pd.DataFrame:
         """A frame of the output's columns from some of them (the others null)."""
