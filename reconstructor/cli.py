@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="each open session's last snapshot, from the sessions table")
     replay.add_argument("--await-snapshot", action="store_true", default=None,
                         help="skip a session's updates until its next snapshot (replays that start mid-session)")
-    replay.add_argument("--max-offsets-per-trigger", type=int, metavar="N")
+    replay.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
+                        help=f"cap on records per micro-batch (default {configuration.DEFAULT_MAX_OFFSETS_PER_TRIGGER:,})")
     replay.add_argument("--session-timeout", metavar="DURATION")
 
     compact = sub.add_parser("compact", help="OPTIMIZE closed hours and VACUUM, for schedulers",
@@ -139,7 +140,8 @@ def _add_stream_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic-pattern", metavar="REGEX", help="anchored regex of the topics to read, e.g. 'sensor-.*'")
     p.add_argument("--trigger", metavar="WHEN", help="available-now (default) or an interval such as '1 minute'")
     p.add_argument("--starting-offsets", metavar="WHERE", help="earliest (default), latest or JSON offsets (first run only)")
-    p.add_argument("--max-offsets-per-trigger", type=int, metavar="N", help="cap on records per micro-batch")
+    p.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
+                   help=f"cap on records per micro-batch (default {configuration.DEFAULT_MAX_OFFSETS_PER_TRIGGER:,})")
     p.add_argument("--session-timeout", metavar="DURATION", help="close a silent session after this (default 1 hour)")
     p.add_argument("--compact-every", metavar="DURATION", help="in-stream compaction interval (default 1 hour; 'off' to disable)")
 

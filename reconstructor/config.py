@@ -32,6 +32,14 @@ class S3Config:
     path_style: bool = False
 
 
+# Records per micro-batch unless set.  A batch pays a few seconds of fixed cost (three Delta
+# transactions, the state store commit) whatever its size, so larger batches cost less per update;
+# but a first run over a long backlog, uncapped, is one batch holding all of it in the batch cache
+# and in the state function's frames.  200,000 keeps a batch to tens of seconds and a few hundred MB
+# on a 2-core driver while the fixed cost stays a small share of it.
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+
+
 @dataclass
 class Config:
     bootstrap_servers: str | None = None
@@ -40,7 +48,7 @@ class Config:
     checkpoint: str | None = None
     trigger: str = "available-now"
     starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = None
+    max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     session_timeout: str = "1 hour"
     row_schema: str | None = None
     await_snapshot: bool = False

@@ -40,3 +40,14 @@ def test_a_bad_config_file_is_a_usage_error_naming_the_problem(tmp_path, content
     f.write_text(content)
     with pytest.raises(UsageError, match=message):
         config.load(str(f), env={})
+
+
+def test_micro_batches_are_capped_by_default_and_each_layer_can_move_the_cap(tmp_path):
+    assert config.load(None, env={}).max_offsets_per_trigger == config.DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    f = tmp_path / "c.toml"
+    f.write_text("max_offsets_per_trigger = 5000000\n")
+    assert config.load(str(f), env={}).max_offsets_per_trigger == 5_000_000
+    assert config.load(str(f), env={"RECON_MAX_OFFSETS_PER_TRIGGER": "1000"}).max_offsets_per_trigger == 1000
+    assert config.load(str(f), env={}, flags={"max_offsets_per_trigger": 7}).max_offsets_per_trigger == 7
+    with pytest.raises(UsageError, match="must be positive"):
+        config.load(None, env={}, flags={"max_offsets_per_trigger": 0})
