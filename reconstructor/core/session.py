@@ -108,104 +108,93 @@ def process_batch(
 
 def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState | None,
                schema: RowSchema, await_snapshot: bool) -> BatchResult:
-    """The general path: snapshots, ends, skips and every violation."""
+    """The general path: snapshots, ends, skips and every violation.
 
-    def violation(kind, row, expected, detail):
-        found = row["seq"]
-        return IntegrityViolation(
-            kind, topic, _int(row["partition"]), _int(row["offset"]), session, _int(expected),
-            _int(found), detail)
-
-    # 1. Records that did not parse, or whose key is not their session: the lowest offset first.
-    bad = _malformed(df)
-    if bad.any():
-        row = df[bad].sort_values(["partition", "offset"]).iloc[0]
-        if pd.notna(row["error"]):
-            detail = str(row["error"])
-        else:
-            detail = f"Kafka key {row['key']!r} is not the session {row['session']!r}"
-        return _fail(schema, state, violation(ViolationKind.MALFORMED, row, _next(state), detail))
-
-    # 2. One row per message, in seq order.
-    msgs = (df.drop_duplicates(["partition", "offset"])
-              .sort_values(["seq", "partition", "offset"], kind="stable")
-              .reset_index(drop=True))
-    skipped = 0
-    if state is not None and state.status == ENDED:
-        row = msgs.iloc[0]
-        return _fail(schema, state, violation(
-            ViolationKind.AFTER_END, row, None,
-            f"session ended at seq {state.last_seq}; no message may follow its end"))
-    if state is None:
-        is_snap = msgs["type"].eq("snapshot").to_numpy()
-        if not is_snap[0]:
-            if not await_snapshot:
-                row = msgs.iloc[0]
-                return _fail(schema, state, violation(
-                    ViolationKind.NO_SNAPSHOT, row, None,
-                    f"a session's first message must be a snapshot, got {row['type']!r}"))
-            first_snap = int(np.argmax(is_snap)) if is_snap.any() else len(msgs)
-            skipped = first_snap
-            msgs = msgs.iloc[first_snap:].reset_index(drop=True)
-            if msgs.empty:
-                return BatchResult(columns_of(empty_changes(schema)), None, skipped=skipped)
-        ref_partition = int(msgs["partition"].iloc[0])
-        expected0 = int(msgs["seq"].iloc[0])
-    else:
-        ref_partition = state.partition
-        expected0 = state.last_seq + 1
-
-    # 3. Continuity, partition and end checks, each as "first bad index" over the ordered messages.
+    The messages are walked in Kafka order (the session's partition first, by offset; a session
+    lives in one partition, so a record on another one can only be a violation): at every offset
+    the seq must be the previous one + 1.  The first record that breaks a rule is the verdict,
+    whatever its kind, so a verdict never depends on where a micro-batch ends.
+    """
+    msgs, bad_detail = _messages(df, state)
     n = len(msgs)
-    seqs = msgs["seq"].to_numpy(dtype=np.int64)
-    expected = expected0 + np.arange(n, dtype=np.int64)
-    candidates = []
-    bad_seq = np.flatnonzero(seqs != expected)
-    if bad_seq.size:
-        candidates.append(int(bad_seq[0]))
-    bad_part = np.flatnonzero(msgs["partition"].to_numpy() != ref_partition)
-    if bad_part.size:
-        candidates.append(int(bad_part[0]))
-    ends = np.flatnonzero(msgs["type"].to_numpy() == "end")
-    if ends.size and ends[0] + 1 < n:
-        candidates.append(int(ends[0]) + 1)
+    seqs = msgs["seq"].fillna(0).to_numpy(dtype=np.int64)  # a malformed record's seq may be null
+    types = msgs["type"].to_numpy()
+    malformed = bad_detail.notna().to_numpy()
+    ref_partition = state.partition if state is not None else int(msgs["partition"].iloc[0])
+    moved = msgs["partition"].to_numpy() != ref_partition
+
+    # 1. Where the checks start: a new session's first message must be a snapshot (or, awaiting
+    #    one, the messages before it are skipped).
+    skipped = 0
+    if state is None:
+        is_snap = (types == "snapshot") & ~malformed
+        if not is_snap[0] and not malformed[0]:
+            if not await_snapshot:
+                return _fail(schema, state, _violation(
+                    ViolationKind.NO_SNAPSHOT, topic, session, msgs.iloc[0], None,
+                    f"a session's first message must be a snapshot, got {types[0]!r}"))
+            skipped = int(np.argmax(is_snap | malformed)) if (is_snap | malformed).any() else n
+            if skipped == n:
+                return BatchResult(columns_of(empty_changes(schema)), None, skipped=skipped)
+
+    # 2. The first record, from there, that breaks a rule; each rule as "first bad index".
+    #    Differences of non-negative longs cannot overflow; the expected seq can (a seq at the
+    #    largest long may be followed by nothing), so it is computed in Python ints.
+    steps = np.diff(seqs[skipped:]) != 1
+    seq_bad = np.flatnonzero(steps) + skipped + 1
+    if state is not None and n and int(seqs[0]) - state.last_seq != 1:
+        seq_bad = np.concatenate([[0], seq_bad])
+    ends = np.flatnonzero(types[skipped:] == "end") + skipped
+    after_end = ends[:1] + 1 if state is None or state.status != ENDED else np.array([0])
+    candidates = [int(a[0]) for a in (np.flatnonzero(malformed), after_end[after_end < n],
+                                      np.flatnonzero(moved), seq_bad) if len(a)]
     cut = min(candidates) if candidates else n
 
-    # 4. Apply the valid prefix; a delete of an unknown row inside it comes first.
-    valid = msgs.iloc[:cut]
-    if cut == n:
-        rows = df  # the common case: every message of the batch applies
-    else:
-        keys = pd.MultiIndex.from_frame(df[["partition", "offset"]])
-        rows = df[keys.isin(pd.MultiIndex.from_frame(valid[["partition", "offset"]]))]
-    table = state.table if state is not None else _empty_table(schema).copy()
-    applied = _apply(valid, rows, table, schema, state)
-    if isinstance(applied, tuple) and isinstance(applied[0], IntegrityViolation):
-        bad_row, detail = applied[0], applied[1]
-        return _fail(schema, state, replace(bad_row, topic=topic, session=session, detail=detail))
-    changes, table = applied
+    # 3. Apply the valid prefix; a delete of an unknown row (or a flawed snapshot) inside it is
+    #    the earlier record, so it comes first.
+    valid = msgs.iloc[skipped:cut]
+    if len(valid):
+        if skipped == 0 and cut == n:
+            rows = df  # the common case: every message of the batch applies
+        else:
+            keys = pd.MultiIndex.from_frame(df[["partition", "offset"]])
+            rows = df[keys.isin(pd.MultiIndex.from_frame(valid[["partition", "offset"]]))]
+        table = state.table if state is not None else _empty_table(schema).copy()
+        applied = _apply(valid, rows, table, schema, state)
+        if isinstance(applied, tuple) and isinstance(applied[0], IntegrityViolation):
+            bad_row, detail = applied[0], applied[1]
+            return _fail(schema, state, replace(bad_row, topic=topic, session=session, detail=detail))
+        changes, table = applied
     if cut < n:
         row = msgs.iloc[cut]
-        exp = int(expected[cut])
-        if ends.size and cut == ends[0] + 1:
-            kind, detail = ViolationKind.AFTER_END, f"session ended at seq {int(seqs[ends[0]])}"
-        elif row["partition"] != ref_partition:
+        if cut > skipped:
+            previous = int(seqs[cut - 1])
+        else:
+            previous = state.last_seq if state is not None else None
+        expected = None if previous is None else previous + 1
+        if malformed[cut]:
+            kind, detail = ViolationKind.MALFORMED, bad_detail.iloc[cut]
+        elif cut in after_end:
+            kind, expected = ViolationKind.AFTER_END, None
+            ended_at = state.last_seq if cut == 0 and state is not None else int(seqs[cut - 1])
+            detail = f"session ended at seq {ended_at}; no message may follow its end"
+        elif moved[cut]:
             kind = ViolationKind.PARTITION_MOVED
             detail = (f"session was on {topic}[{ref_partition}] and shows up on "
                       f"{topic}[{int(row['partition'])}]")
-        elif seqs[cut] < exp:
+        elif int(seqs[cut]) < expected:
             kind = ViolationKind.DUPLICATE
-            detail = f"seq {int(seqs[cut])} was already seen (last applied seq {exp - 1})"
+            detail = f"seq {int(seqs[cut])} was already seen (last applied seq {previous})"
         else:
             kind = ViolationKind.GAP
-            detail = f"missing seq {exp}..{int(seqs[cut]) - 1}"
-        return _fail(schema, state, violation(kind, row, exp, detail))
+            detail = f"missing seq {expected}..{int(seqs[cut]) - 1}"
+        return _fail(schema, state, _violation(kind, topic, session, row, expected, detail))
 
     last = valid.iloc[-1]
     snaps = valid[valid["type"].eq("snapshot")]
     new_state = SessionState(
         partition=ref_partition,
-        status=ENDED if ends.size else OPEN,
+        status=ENDED if last["type"] == "end" else OPEN,
         first_seq=state.first_seq if state is not None else int(valid["seq"].iloc[0]),
         last_seq=int(last["seq"]),
         last_offset=int(last["offset"]),
@@ -216,6 +205,40 @@ def _any_batch(topic: str, session: str, df: pd.DataFrame, state: SessionState |
         stored=table,
     )
     return BatchResult(columns_of(changes), new_state, skipped=skipped)
+
+
+def _messages(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFrame, pd.Series]:
+    """One row per message in Kafka order (the session's partition first, then by offset), and
+    per message why it is malformed (null when it is not): its first bad row's parse error, or
+    its Kafka key that is missing or not its session."""
+    bad = _malformed(df)
+    ref = state.partition if state is not None else int(df["partition"].min())
+    msgs = (df.assign(_elsewhere=df["partition"].to_numpy() != ref)
+              .sort_values(["_elsewhere", "partition", "offset", "row_pos"], kind="stable")
+              .drop_duplicates(["partition", "offset"])
+              .drop(columns="_elsewhere")
+              .reset_index(drop=True))
+    detail = pd.Series([None] * len(msgs), dtype=object)
+    if bad.any():
+        rows = df[bad].sort_values(["partition", "offset", "row_pos"], kind="stable")
+        rows = rows.drop_duplicates(["partition", "offset"])
+        reasons = {}
+        for _, row in rows.iterrows():
+            if pd.notna(row["error"]):
+                reason = str(row["error"])
+            elif pd.isna(row["key"]):
+                reason = "the Kafka record has no key; the key must be its session"
+            else:
+                reason = f"Kafka key {row['key']!r} is not the session {row['session']!r}"
+            reasons[(int(row["partition"]), int(row["offset"]))] = reason
+        detail = pd.Series([reasons.get((int(p), int(o))) for p, o in
+                            zip(msgs["partition"], msgs["offset"])], dtype=object)
+    return msgs, detail
+
+
+def _violation(kind: ViolationKind, topic: str, session: str, row, expected, detail: str):
+    return IntegrityViolation(kind, topic, _int(row["partition"]), _int(row["offset"]), session,
+                              expected, _int(row["seq"]), detail)
 
 
 def _malformed(df) -> np.ndarray:
@@ -267,18 +290,16 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
         return None
     offsets = cols["offset"].to_numpy(dtype=np.int64)
     seqs = cols["seq"].to_numpy(dtype=np.int64)
-    msg_offsets, first_row = np.unique(offsets, return_index=True)
+    msg_offsets, first_row = np.unique(offsets, return_index=True)  # the messages in Kafka order
     msg_seqs = seqs[first_row]
     if not np.array_equal(seqs, msg_seqs[np.searchsorted(msg_offsets, offsets)]):
         return None  # rows of one message disagree on its seq
-    by_seq = np.argsort(msg_seqs, kind="stable")
-    start = state.last_seq + 1 if state is not None else int(msg_seqs[by_seq[0]])
-    expected = start + np.arange(len(msg_seqs), dtype=np.int64)
-    if not np.array_equal(msg_seqs[by_seq], expected):
-        return None  # a gap or a duplicate
+    start = int(msg_seqs[0])
+    if (np.diff(msg_seqs) != 1).any() or (state is not None and start - state.last_seq != 1):
+        return None  # a gap, a duplicate or a swap (Python ints: a seq may be the largest long)
     types = cols["type"].to_numpy()
     is_update = types == "update"
-    in_snapshot = (seqs == start) if state is None else np.zeros(len(df), dtype=bool)
+    in_snapshot = (offsets == msg_offsets[0]) if state is None else np.zeros(len(df), dtype=bool)
     if not (is_update | in_snapshot).all() or not (types[in_snapshot] == "snapshot").all():
         return None
     rows = change_rows(cols, np.lexsort((cols["row_pos"].to_numpy(dtype=np.int64), seqs)), schema)
@@ -296,12 +317,12 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
         if isinstance(table, tuple):
             return None  # a delete of an unknown row
     changes = rows
-    last = int(first_row[by_seq[-1]])
-    last_seq, last_offset, last_ts = int(expected[-1]), int(offsets[last]), _ts(cols["event_ts"].iloc[last])
+    last = int(first_row[-1])
+    last_seq, last_offset, last_ts = int(msg_seqs[-1]), int(offsets[last]), _ts(cols["event_ts"].iloc[last])
     if state is not None:
         return BatchResult(changes, replace(state, last_seq=last_seq, last_offset=last_offset,
                                             last_event_ts=last_ts, stored=table))
-    first = int(first_row[by_seq[0]])
+    first = int(first_row[0])
     return BatchResult(changes, SessionState(
         partition=int(partition), status=OPEN, first_seq=start, last_seq=last_seq,
         last_offset=last_offset, snapshot_seq=start, snapshot_offset=int(offsets[first]),
@@ -435,10 +456,6 @@ def _row_violation(kind: ViolationKind, row) -> IntegrityViolation:
 
 def _fail(schema: RowSchema, state, v: IntegrityViolation) -> BatchResult:
     return BatchResult(columns_of(empty_changes(schema)), state, violation=v)
-
-
-def _next(state: SessionState | None) -> int | None:
-    return None if state is None else state.last_seq + 1
 
 
 def _int(value) -> int | None:

@@ -33,7 +33,7 @@ class Msg:
 
     @property
     def event_ts(self) -> dt.datetime:
-        return BASE_TS + dt.timedelta(seconds=self.seq)
+        return BASE_TS + dt.timedelta(seconds=self.seq % 10**8)  # a seq may be the largest long
 
 
 def to_frame(msgs: list[Msg], schema: RowSchema = SCHEMA) -> pd.DataFrame:
@@ -73,14 +73,14 @@ class Model:
     changes: list[tuple] = field(default_factory=list)  # (seq, row_id, op, values)
 
     def apply_batch(self, batch: list[Msg]) -> None:
-        bad = [m for m in batch if m.error is not None or (m.key is not None and m.key != m.session)]
-        if bad:
-            first = min(bad, key=lambda m: (m.partition, m.offset))
-            raise ModelViolation("MALFORMED", first.seq, first.offset)
-        for m in sorted(batch, key=lambda m: (m.seq, m.partition, m.offset)):
+        """One record at a time in Kafka order: the session's partition first, by offset."""
+        ref = self.partition if self.partition is not None else min(m.partition for m in batch)
+        for m in sorted(batch, key=lambda m: (m.partition != ref, m.partition, m.offset)):
             self.apply(m)
 
     def apply(self, m: Msg) -> None:
+        if m.error is not None or (m.key is not None and m.key != m.session):
+            raise ModelViolation("MALFORMED", m.seq, m.offset)
         if self.ended:
             raise ModelViolation("AFTER_END", m.seq, m.offset)
         if self.table is None:
