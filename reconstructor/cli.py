@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
                         help=f"cap on records per micro-batch (default {configuration.DEFAULT_MAX_OFFSETS_PER_TRIGGER:,})")
     replay.add_argument("--session-timeout", metavar="DURATION")
+    replay.add_argument("--state-retention", metavar="DURATION")
 
     compact = sub.add_parser("compact", help="OPTIMIZE closed hours and VACUUM, for schedulers",
                              formatter_class=_fmt,
@@ -143,6 +144,8 @@ def _add_stream_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
                    help=f"cap on records per micro-batch (default {configuration.DEFAULT_MAX_OFFSETS_PER_TRIGGER:,})")
     p.add_argument("--session-timeout", metavar="DURATION", help="close a silent session after this (default 1 hour)")
+    p.add_argument("--state-retention", metavar="DURATION",
+                   help="forget a silent session's state after this (default 7 days; longer than the timeout)")
     p.add_argument("--compact-every", metavar="DURATION", help="in-stream compaction interval (default 1 hour; 'off' to disable)")
 
 

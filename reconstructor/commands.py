@@ -54,6 +54,11 @@ def _validated_stream(cfg: Config) -> None:
     validate.starting_offsets(cfg.starting_offsets)
     validate.trigger(cfg.trigger)
     validate.duration("--session-timeout", cfg.session_timeout)
+    validate.duration("--state-retention", cfg.state_retention)
+    if duration_ms(cfg.state_retention) <= duration_ms(cfg.session_timeout):
+        raise UsageError(f"--state-retention {cfg.state_retention!r} must be longer than "
+                         f"--session-timeout {cfg.session_timeout!r} (a timed-out session keeps its "
+                         "state until the retention has passed)")
     if cfg.compact_every not in (None, "off"):
         validate.duration("--compact-every", cfg.compact_every)
     validate.duration("--grace", cfg.compact_grace)
@@ -68,6 +73,7 @@ def _settings(cfg: Config, **over) -> PipelineSettings:
         bootstrap_servers=cfg.bootstrap_servers, topic_pattern=cfg.topic_pattern, output=cfg.output,
         checkpoint=cfg.checkpoint, trigger=cfg.trigger, starting_offsets=cfg.starting_offsets,
         max_offsets_per_trigger=cfg.max_offsets_per_trigger, session_timeout=cfg.session_timeout,
+        state_retention=cfg.state_retention,
         await_snapshot=cfg.await_snapshot, row_schema=cfg.row_schema, kafka_options=dict(cfg.kafka),
         compact_every=None if cfg.compact_every in (None, "off") else cfg.compact_every,
         compact_grace=cfg.compact_grace, vacuum_retention=cfg.vacuum_retention,

@@ -50,6 +50,7 @@ class Config:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     session_timeout: str = "1 hour"
+    state_retention: str = "7 days"
     row_schema: str | None = None
     await_snapshot: bool = False
     compact_every: str | None = "1 hour"

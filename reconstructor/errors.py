@@ -21,9 +21,14 @@ class UsageError(ReconstructorError):
 
 
 class IntegrityViolationError(ReconstructorError):
-    """The query stopped on a loss of integrity; the message is the violation's own line."""
+    """The query stopped on a loss of integrity; the message is the violation's own line, and
+    ``violation`` the structured record (``reconstructor.core.IntegrityViolation``)."""
 
     exit_code = EXIT_INTEGRITY
+
+    def __init__(self, violation):
+        super().__init__(str(violation))
+        self.violation = violation
 
 
 def error_line(exc: BaseException, limit: int = 300) -> str:

@@ -29,6 +29,7 @@ class PipelineSettings:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     session_timeout: str = "1 hour"
+    state_retention: str = "7 days"  # a silent session's state is removed after this
     await_snapshot: bool = False
     row_schema: str | None = None
     kafka_options: dict[str, str] = field(default_factory=dict)
@@ -54,6 +55,9 @@ def duration_ms(text: str) -> int:
 
 
 _BACKGROUND: list = []
+# Each started query's sinks, where a violation that stopped it is kept as a record (the query's
+# failure reaches ``await_query`` only as text).
+_SINKS_OF_QUERY: dict[str, DeltaSinks] = {}
 
 
 def stop_background() -> None:
@@ -77,7 +81,8 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
     )
     out = reconstruct(parse_records(raw, schema), schema,
                       session_timeout_ms=duration_ms(settings.session_timeout),
-                      await_snapshot=settings.await_snapshot)
+                      await_snapshot=settings.await_snapshot,
+                      state_retention_ms=duration_ms(settings.state_retention))
     writer = (out.writeStream.foreachBatch(sinks.write_batch)
               .option("checkpointLocation", settings.checkpoint)
               .outputMode("append"))
@@ -99,6 +104,7 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
         duration_ms(settings.trigger)
         writer = writer.trigger(processingTime=settings.trigger)
     query = _start(spark, writer, settings)
+    _SINKS_OF_QUERY[query.id] = sinks
     try:
         sinks.await_tables()  # created while the query planned and began its first batch
     except ReconstructorError:
@@ -134,8 +140,6 @@ def await_query(query: StreamingQuery, *, poll_s: float = 0.5, on_progress=None)
     """
     from pyspark.errors import StreamingQueryException
 
-    from reconstructor.core.violations import IntegrityViolation
-
     try:
         last_batch = None
         while not query.awaitTermination(poll_s):
@@ -149,12 +153,12 @@ def await_query(query: StreamingQuery, *, poll_s: float = 0.5, on_progress=None)
         if on_progress is not None and final is not None and final.get("batchId") != last_batch:
             on_progress(final)
     except StreamingQueryException as exc:
-        text = str(exc)
-        violation = IntegrityViolation.find(text)
-        if violation is not None:
-            line = next(line for line in text.splitlines() if "INTEGRITY VIOLATION" in line)
-            raise IntegrityViolationError(line[line.index("INTEGRITY VIOLATION"):].strip()) from None
-        raise ReconstructorError(f"the streaming query failed: {_first_line(text)}") from exc
+        sinks = _SINKS_OF_QUERY.get(query.id)
+        if sinks is not None and sinks.violation is not None:
+            raise IntegrityViolationError(sinks.violation) from None
+        raise ReconstructorError(f"the streaming query failed: {_first_line(str(exc))}") from exc
+    finally:
+        _SINKS_OF_QUERY.pop(query.id, None)
 
 
 def _as_dict(progress) -> dict | None:

@@ -329,6 +329,23 @@ def _update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema)
         started_ts=_ts(cols["event_ts"].iloc[first]), last_event_ts=last_ts, stored=table))
 
 
+def rows_back(columns: dict, state: SessionState, resumed_from: SessionState, schema: RowSchema) -> dict:
+    """``columns`` (a batch's changes) and, after them, the session table's rows that the batch did
+    not change, as upserts: a timed-out session that resumes gets every row back in
+    ``current_rows``.  Those rows carry the session's last record before its timeout (its seq,
+    offset and time); their values are the table's own."""
+    table = state.table
+    kept = table[~table.index.isin(pd.Index(columns["row_id"]))]
+    back = pd.DataFrame({name: kept[name].to_numpy() for name in schema.names})
+    back["row_id"] = np.asarray(kept.index, dtype=object)
+    back = back.assign(partition=resumed_from.partition, offset=resumed_from.last_offset,
+                       seq=resumed_from.last_seq, type="update", row_pos=-1, op="upsert",
+                       event_ts=resumed_from.last_event_ts, kafka_ts=pd.NaT)
+    frame = pd.concat([pd.DataFrame(columns, copy=False), back[list(CHANGE) + schema.names]],
+                      ignore_index=True)
+    return columns_of(_int_columns(coerce_times(coerce_columns(frame, schema))))
+
+
 def last_change_per_row(row_ids) -> np.ndarray:
     """True on each row's last change, given the ``row_id`` of changes in apply order, ``(seq, row_pos)``.
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
-import re
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 
 
 class ViolationKind(str, enum.Enum):
@@ -17,8 +17,14 @@ class ViolationKind(str, enum.Enum):
     MALFORMED = "MALFORMED"
 
 
+def printable(text: str) -> str:
+    """``text`` on one line: control characters (a newline, a tab, an escape) as Python escapes,
+    every other letter as it is."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def _fmt(value) -> str:
-    return "none" if value is None else str(value)
+    return "none" if value is None else printable(str(value))
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,9 @@ class IntegrityViolation(Exception):
     """The first loss of integrity in a micro-batch; the query stops on it.
 
     ``str()`` is the design's message: ``INTEGRITY VIOLATION <KIND>`` then the record's topic,
-    partition, offset, session, the expected and the found seq, then what was wrong.
+    partition, offset, session, the expected and the found seq, then what was wrong, on one line.
+    It travels from the state function to the driver as JSON (``to_json``/``from_json``), never as
+    text to be parsed back.
     """
 
     kind: ViolationKind
@@ -45,30 +53,16 @@ class IntegrityViolation(Exception):
             f"session={_fmt(self.session)} expected_seq={_fmt(self.expected_seq)} "
             f"found_seq={_fmt(self.found_seq)}"
         )
-        return f"{text}: {self.detail}" if self.detail else text
+        return f"{text}: {printable(self.detail)}" if self.detail else text
 
     @property
     def message(self) -> str:
         return str(self)
 
-    _PATTERN = re.compile(
-        r"INTEGRITY VIOLATION (?P<kind>[A-Z_]+) topic=(?P<topic>\S+) partition=(?P<partition>\S+) "
-        r"offset=(?P<offset>\S+) session=(?P<session>\S+) expected_seq=(?P<expected>\S+) "
-        r"found_seq=(?P<found>[^\s:]+)(?::\s(?P<detail>[^\n]*))?"
-    )
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "kind": self.kind.value})
 
     @classmethod
-    def find(cls, text: str) -> "IntegrityViolation | None":
-        """Recover a violation from an error text (a failed query's message), if it holds one."""
-        m = cls._PATTERN.search(text or "")
-        if not m:
-            return None
-
-        def num(s):
-            return None if s == "none" else int(s)
-
-        def txt(s):
-            return None if s == "none" else s
-
-        return cls(ViolationKind(m["kind"]), txt(m["topic"]), num(m["partition"]), num(m["offset"]),
-                   txt(m["session"]), num(m["expected"]), num(m["found"]), (m["detail"] or "").strip())
+    def from_json(cls, text: str) -> "IntegrityViolation":
+        data = json.loads(text)
+        return cls(**{**data, "kind": ViolationKind(data["kind"])})

@@ -25,9 +25,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
+from reconstructor.core.violations import IntegrityViolation
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, error_line
 from reconstructor.schema import RowSchema
-from reconstructor.spark.stateful import CHANGE_RECORD, SESSION_INFO_DDL, SESSION_RECORD, VIOLATION_RECORD
+from reconstructor.spark.stateful import (CHANGE_RECORD, CURRENT_RECORD, SESSION_INFO_DDL, SESSION_RECORD,
+                                          VIOLATION_RECORD)
 
 ROW_CHANGES, CURRENT_ROWS, SESSIONS = "row_changes", "current_rows", "sessions"
 TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS)
@@ -76,6 +78,9 @@ class DeltaSinks:
     #: Replays re-read changes the output may already hold: insert a change only when its
     #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.
     dedupe_changes: bool = False
+    #: The violation a batch stopped on, for the driver to report as it is (a query's failure
+    #: reaches the caller only as text).
+    violation: IntegrityViolation | None = field(default=None, init=False)
     _writers: dict[str, SparkSession] = field(default_factory=dict, init=False, repr=False)
     _tables: Future | None = field(default=None, init=False, repr=False)
 
@@ -143,17 +148,22 @@ class DeltaSinks:
             is_session = F.col("record") == SESSION_RECORD
             stats = batch.agg(
                 F.count(F.lit(1)).alias("records"),
-                F.min(F.when(F.col("record") == VIOLATION_RECORD, F.col("info"))).alias("violation"),
+                # Of several sessions' violations, the first record in Kafka order: the one a
+                # run with smaller micro-batches would have stopped at.
+                F.min_by("info", F.when(F.col("record") == VIOLATION_RECORD,
+                                        F.struct("topic", "partition", "offset"))).alias("violation"),
                 F.count(F.when(is_session & (F.get_json_object("info", "$.status") != "open"), 1))
                 .alias("closed"),
             ).collect()[0]
             if stats.records == 0:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
             if stats.violation is not None:
-                raise IntegrityViolationError(stats.violation)
+                self.violation = IntegrityViolation.from_json(stats.violation)
+                raise IntegrityViolationError(self.violation)
             self.await_tables()
             changes = batch.filter(F.col("record") == CHANGE_RECORD)
-            current = changes.filter(F.col("is_latest"))
+            current = batch.filter(((F.col("record") == CHANGE_RECORD) & F.col("is_latest"))
+                                   | (F.col("record") == CURRENT_RECORD))
             sessions = (batch.filter(F.col("record") == SESSION_RECORD)
                         .withColumn("s", F.from_json("info", SESSION_INFO_DDL)))
             self._append_changes(changes, batch_id)

@@ -23,16 +23,21 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.frames import INPUT
-from reconstructor.core.session import (OPEN, TIMED_OUT, SessionState, columns_of, empty_changes, last_change_per_row,
-                                         process_batch)
+from reconstructor.core.session import (ENDED, OPEN, TIMED_OUT, SessionState, columns_of, empty_changes,
+                                         last_change_per_row, process_batch, rows_back)
 from reconstructor.schema import RowSchema
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
 warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty or all-NA.*")
 
-CHANGE_RECORD, SESSION_RECORD, VIOLATION_RECORD = "change", "session", "violation"
+# A change goes to row_changes (and, when ``is_latest``, to current_rows); a current row to
+# current_rows only (a resumed session's rows back); a session row to sessions.
+CHANGE_RECORD, CURRENT_RECORD, SESSION_RECORD, VIOLATION_RECORD = "change", "current", "session", "violation"
 
-# Scalars of the session state, then the table blob.  Times are epoch microseconds (UTC), so the
+# How long a silent session's state is kept after its timeout, unless configured: a week.
+DEFAULT_STATE_RETENTION_MS = 7 * 86_400_000
+
+# Scalars of the session state, then the table blob (null once an ended session timed out).  Times are epoch microseconds (UTC), so the
 # state never depends on a session or machine time zone.
 STATE_DDL = (
     "partition INT, status STRING, first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, "
@@ -74,20 +79,29 @@ def state_to_tuple(state: SessionState, schema: RowSchema) -> tuple:
 
 
 def state_from_tuple(row, schema: RowSchema, with_table: bool = True) -> SessionState:
+    """The core's state from Spark's tuple; an ended session past its timeout has no table blob."""
     (partition, status, first_seq, last_seq, last_offset, snapshot_seq, snapshot_offset,
      started_us, last_event_us, _row_count, blob) = tuple(row)
-    table = read_table(bytes(blob), schema) if with_table else schema.empty_frame()
+    table = read_table(bytes(blob), schema) if with_table and blob is not None else schema.empty_frame()
     return SessionState(int(partition), status, int(first_seq), int(last_seq), int(last_offset),
                         int(snapshot_seq), int(snapshot_offset), _from_us(started_us),
                         _from_us(last_event_us), table)
 
 
 class SessionReconstructor:
-    """The state function, picklable, configured once per query."""
+    """The state function, picklable, configured once per query.
 
-    def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False):
+    A session silent for ``session_timeout_ms`` times out but forgets nothing: an open one keeps
+    its table (status ``timed_out``; it resumes exactly with its next seq), an ended one keeps its
+    scalars (a message after its end is still AFTER_END).  The state is removed once the session
+    has been silent for ``state_retention_ms``, so the state store stays bounded.
+    """
+
+    def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False,
+                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS):
         self.schema = schema
         self.timeout_ms = int(session_timeout_ms)
+        self.retention_ms = int(state_retention_ms)
         self.await_snapshot = await_snapshot
         self.columns = [f.split(" ", 1)[0].strip("`") for f in _split_ddl(output_ddl(schema))]
         self._no_changes = columns_of(empty_changes(schema))
@@ -95,28 +109,53 @@ class SessionReconstructor:
     def __call__(self, key, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         topic, session = key
         if state.hasTimedOut:
-            previous = state_from_tuple(state.get, self.schema, with_table=False)
-            state.remove()
-            if previous.status == OPEN:
-                yield self._group_frame(topic, session, self._no_changes, previous, TIMED_OUT, row_count=0)
+            yield from self._on_timeout(topic, session, state)
             return
         previous = state_from_tuple(state.get, self.schema) if state.exists else None
         result = process_batch(topic, session, frames, previous, self.schema,
                                await_snapshot=self.await_snapshot)
         if result.violation is not None:
+            v = result.violation
             yield self._frame({"record": [VIOLATION_RECORD], "topic": [topic], "session": [session],
-                               "info": [str(result.violation)]})
+                               "partition": [v.partition], "offset": [v.offset],
+                               "info": [v.to_json()]})
             return
         if result.state is None or result.state is previous:
             return  # nothing applied (all skipped while awaiting a snapshot)
         new = result.state
         state.update(state_to_tuple(new, self.schema))
         state.setTimeoutDuration(self.timeout_ms)
-        yield self._group_frame(topic, session, result.columns, new, new.status, row_count=new.row_count)
+        changes, current = result.columns, 0
+        if previous is not None and previous.status == TIMED_OUT and new.status == OPEN:
+            n = len(changes["row_id"])
+            changes = rows_back(changes, new, previous, self.schema)
+            current = len(changes["row_id"]) - n
+        yield self._group_frame(topic, session, changes, new, new.status, row_count=new.row_count,
+                                current=current)
+
+    def _on_timeout(self, topic: str, session: str, state: GroupState) -> Iterator[pd.DataFrame]:
+        """Silent for the timeout: an open session becomes ``timed_out`` (its rows leave
+        current_rows, its table stays); an ended one drops its table; either is removed once
+        silent for the retention as well."""
+        row = tuple(state.get)
+        previous = state_from_tuple(row, self.schema, with_table=False)
+        blob = row[-1]
+        if previous.status == OPEN:
+            state.update(row[:1] + (TIMED_OUT,) + row[2:])
+        elif previous.status == ENDED and blob is not None:
+            state.update(row[:-1] + (None,))
+        else:
+            state.remove()
+            return
+        state.setTimeoutDuration(max(1, self.retention_ms - self.timeout_ms))
+        if previous.status == OPEN:
+            yield self._group_frame(topic, session, self._no_changes, previous, TIMED_OUT,
+                                    row_count=int(row[-2]))
 
     def _group_frame(self, topic, session, changes: dict, s: SessionState, status: str,
-                     row_count: int) -> pd.DataFrame:
-        """The group's output as one frame: its change rows, then its session row.
+                     row_count: int, current: int = 0) -> pd.DataFrame:
+        """The group's output as one frame: its change rows (the last ``current`` of them rows for
+        current_rows only), then its session row.
 
         Built once from its columns, each in the change rows' dtype: a batch that touches many
         sessions pays this per session, and pyspark concatenates all groups' frames, where a
@@ -128,7 +167,8 @@ class SessionReconstructor:
                 "snapshot_offset": s.snapshot_offset, "row_count": row_count,
                 "started_us": _us(s.started_ts), "last_event_us": _us(s.last_event_ts)}
         n = len(changes["row_id"])
-        own = {"record": [CHANGE_RECORD] * n + [SESSION_RECORD], "topic": [topic] * (n + 1),
+        own = {"record": [CHANGE_RECORD] * (n - current) + [CURRENT_RECORD] * current + [SESSION_RECORD],
+               "topic": [topic] * (n + 1),
                "session": [session] * (n + 1), "info": [None] * n + [json.dumps(info)]}
         session_row = {"partition": s.partition, "offset": s.last_offset, "seq": s.last_seq}
         data = {}
@@ -167,9 +207,10 @@ def _split_ddl(ddl: str) -> list[str]:
 
 
 def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int,
-                await_snapshot: bool = False) -> DataFrame:
+                await_snapshot: bool = False,
+                state_retention_ms: int = DEFAULT_STATE_RETENTION_MS) -> DataFrame:
     """Group parsed records by ``(topic, session)`` and run the state function over them."""
-    fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot)
+    fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms)
     inputs = records.select("topic", "group_session", *_input_columns(schema))
     return inputs.groupBy("topic", "group_session").applyInPandasWithState(
         fn,

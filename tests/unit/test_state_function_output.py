@@ -12,9 +12,10 @@ import json
 
 import pandas as pd
 
+from reconstructor.core import IntegrityViolation, ViolationKind
 from reconstructor.core.session import process_batch
-from reconstructor.spark.stateful import (CHANGE_RECORD, SESSION_RECORD, VIOLATION_RECORD,
-                                          SessionReconstructor, state_to_tuple)
+from reconstructor.spark.stateful import (CHANGE_RECORD, CURRENT_RECORD, SESSION_RECORD, VIOLATION_RECORD,
+                                          SessionReconstructor, state_from_tuple, state_to_tuple)
 from tests.support.groupstate import group_state as _group_state
 from tests.support.model import SCHEMA, Msg, to_frame
 
@@ -76,4 +77,63 @@ def test_a_timed_out_session_is_one_session_row_and_a_violation_one_violation_ro
     gap = [Msg(5, "update", offset=5, rows=[{"id": "a", "values": {}}])]
     (violation,) = call(fn, [typed(to_frame(gap))], group_state(state))
     assert list(violation["record"]) == [VIOLATION_RECORD]
-    assert violation["info"].iloc[0].startswith("INTEGRITY VIOLATION GAP")
+    carried = IntegrityViolation.from_json(violation["info"].iloc[0])  # a record, not text to parse
+    assert (carried.kind, carried.offset, carried.expected_seq, carried.found_seq) == (ViolationKind.GAP, 5, 1, 5)
+    assert (violation["partition"].iloc[0], violation["offset"].iloc[0]) == (0, 5)
+    assert str(carried).startswith("INTEGRITY VIOLATION GAP topic=sensor-1 partition=0 offset=5 session=s1")
+
+
+RETENTION_MS = 3_600_000
+
+
+def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_seq():
+    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS)
+    snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}},
+                                                   {"id": "b", "values": {"status": "kept"}}])
+    state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
+
+    silent = group_state(state, timed_out=True)
+    (out,) = call(fn, [], silent)
+    assert list(out["record"]) == [SESSION_RECORD]
+    assert json.loads(out["info"].iloc[0])["status"] == "timed_out"
+    # The state stays, with its table, until the retention has passed too.
+    assert silent.exists and silent._timeout_timestamp == RETENTION_MS - 60_000
+    kept = state_from_tuple(silent.get, SCHEMA)
+    assert kept.status == "timed_out" and kept.last_seq == 0 and sorted(kept.table.index) == ["a", "b"]
+
+    # It resumes with the next seq: no violation, open again, and every row back in current_rows
+    # (the changed one as a change, the others as rows for current_rows only).
+    resumed = _group_state(silent.get)
+    update = Msg(1, "update", offset=1, rows=[{"id": "a", "values": {"temperature": 2.0}}])
+    (out,) = call(fn, [typed(to_frame([update]))], resumed)
+    assert list(out["record"]) == [CHANGE_RECORD, CURRENT_RECORD, SESSION_RECORD]
+    assert list(out["row_id"][:2]) == ["a", "b"] and out["status"][1] == "kept"
+    assert list(out["is_latest"][:2]) == [True, True]
+    assert (out["seq"][1], out["offset"][1]) == (0, 0)  # the session's last record before its timeout
+    info = json.loads(out["info"].iloc[-1])
+    assert (info["status"], info["last_seq"], info["row_count"]) == ("open", 1, 2)
+    assert state_from_tuple(resumed.get, SCHEMA).status == "open"
+
+    # Silent past its retention as well: forgotten, with nothing written.
+    forgotten = _group_state(silent.get, timed_out=True)
+    assert call(fn, [], forgotten) == [] and forgotten._removed
+
+
+def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_session_is_after_end():
+    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS)
+    msgs = [Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {}}]), Msg(1, "end", offset=1)]
+    ended = process_batch("sensor-1", "s1", [to_frame(msgs)], None, SCHEMA).state
+    assert ended.status == "ended"
+
+    silent = group_state(ended, timed_out=True)
+    assert call(fn, [], silent) == []
+    assert silent.exists and silent.get[-1] is None  # the table is dropped, the scalars stay
+    assert silent._timeout_timestamp == RETENTION_MS - 60_000
+
+    resent = _group_state(silent.get)
+    (out,) = call(fn, [typed(to_frame([Msg(0, "snapshot", offset=2, rows=[{"id": "a", "values": {}}])]))], resent)
+    carried = IntegrityViolation.from_json(out["info"].iloc[0])
+    assert (carried.kind, carried.offset) == (ViolationKind.AFTER_END, 2)
+
+    forgotten = _group_state(silent.get, timed_out=True)
+    assert call(fn, [], forgotten) == [] and forgotten._removed
