@@ -64,3 +64,15 @@ def test_any_session_id_gives_exit_3_and_one_escaped_line(stack, run_id, tmp_pat
     last = ran.stderr.strip().splitlines()[-1]
     assert last.startswith(f"reconstructor: INTEGRITY VIOLATION GAP topic={topic} partition=0 offset=2 "
                            f"session={printed} expected_seq=2 found_seq=3")
+
+
+def test_a_seq_at_the_largest_long_followed_by_another_message_is_a_duplicate_not_a_crash(stack, run_id, tmp_path):
+    bootstrap, topic = stack.bootstrap_servers(), f"max{run_id}-sensor-0"
+    create_topics(bootstrap, {topic: 1})
+    top = 2**63 - 1
+    send(bootstrap, topic, "s-1", [snapshot(top - 1), update(top, "y"), update(top, "z")])
+    ran = run_cli(bootstrap, topic, tmp_path, "max")
+    assert ran.returncode == 3, ran.stderr[-3000:]
+    assert ran.stderr.strip().splitlines()[-1].startswith(
+        f"reconstructor: INTEGRITY VIOLATION DUPLICATE topic={topic} partition=0 offset=2 session=s-1 "
+        f"expected_seq={2**63} found_seq={top}")
