@@ -67,6 +67,7 @@ class Config:
     compact_every: str | None = "1 hour"
     compact_grace: str = "15 minutes"
     vacuum_retention: str = "168 hours"
+    unsafe_vacuum_retention: bool = False  # allow a vacuum_retention under 168 hours
     shuffle_partitions: int | None = None
     master: str | None = None
     kafka: dict[str, str] = field(default_factory=dict)
@@ -194,7 +195,8 @@ def _apply(cfg: Config, data: Mapping[str, Any], source: str) -> None:
             raise UsageError(f"{source}: unknown setting {key!r}")
 
 
-_FIELD_TYPES = {"max_offsets_per_trigger": int, "shuffle_partitions": int, "await_snapshot": bool}
+_FIELD_TYPES = {"max_offsets_per_trigger": int, "shuffle_partitions": int, "await_snapshot": bool,
+                "unsafe_vacuum_retention": bool}
 
 
 def _coerce(key: str, value, typ, source: str):
