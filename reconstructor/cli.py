@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"cap on records per micro-batch (default {configuration.DEFAULT_MAX_OFFSETS_PER_TRIGGER:,})")
     replay.add_argument("--session-timeout", metavar="DURATION")
     replay.add_argument("--state-retention", metavar="DURATION")
+    _add_unsafe_vacuum_flag(replay)
 
     compact = sub.add_parser("compact", help="OPTIMIZE closed hours and VACUUM, for schedulers",
                              formatter_class=_fmt,
@@ -104,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(compact, kafka=False, checkpoint=False)
     compact.add_argument("--grace", dest="compact_grace", metavar="DURATION",
                          help="how long after its end an hour counts as closed (default 15 minutes)")
-    compact.add_argument("--vacuum-retention", metavar="DURATION", help="VACUUM retention (default 168 hours)")
+    compact.add_argument("--vacuum-retention", metavar="DURATION", help="VACUUM retention (default 168 hours; less needs --unsafe-vacuum-retention)")
+    _add_unsafe_vacuum_flag(compact)
     compact.add_argument("--min-files", type=int, default=4, metavar="N",
                          help="compact an hour only when it has more files than this (default 4)")
 
@@ -147,6 +149,14 @@ def _add_stream_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-retention", metavar="DURATION",
                    help="forget a silent session's state after this (default 7 days; longer than the timeout)")
     p.add_argument("--compact-every", metavar="DURATION", help="in-stream compaction interval (default 1 hour; 'off' to disable)")
+    _add_unsafe_vacuum_flag(p)
+
+
+def _add_unsafe_vacuum_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--unsafe-vacuum-retention", action="store_true", default=None,
+                   help="allow a VACUUM retention under 168 hours (config unsafe_vacuum_retention, env "
+                        "RECON_UNSAFE_VACUUM_RETENTION). Unsafe: VACUUM may delete files that a reader or "
+                        "a concurrent writer still needs, failing that query or corrupting its result")
 
 
 def _add_fleet_flags(p: argparse.ArgumentParser, bootstrap: bool = True) -> None:

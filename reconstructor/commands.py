@@ -61,8 +61,8 @@ def _validated_stream(cfg: Config) -> None:
                          "state until the retention has passed)")
     if cfg.compact_every not in (None, "off"):
         validate.duration("--compact-every", cfg.compact_every)
-    validate.duration("--grace", cfg.compact_grace)
-    validate.duration("--vacuum-retention", cfg.vacuum_retention)
+    validate.duration("--grace", cfg.compact_grace, allow_zero=True)
+    validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
     validate.row_schema(cfg.row_schema)
     validate.local_output_writable(cfg.output)
     validate.local_output_writable(cfg.checkpoint, "--checkpoint")
@@ -208,8 +208,8 @@ def _partitions(cfg: Config) -> dict[str, list[int]]:
 def compact(args) -> int:
     cfg = _cfg(args)
     validate.require(cfg, "output")
-    validate.duration("--grace", cfg.compact_grace)
-    validate.duration("--vacuum-retention", cfg.vacuum_retention)
+    validate.duration("--grace", cfg.compact_grace, allow_zero=True)
+    validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
     from reconstructor.spark.compaction import Compactor
 
     spark = _spark(cfg, "reconstructor-compact")

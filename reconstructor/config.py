@@ -16,7 +16,19 @@ from typing import Any, Mapping
 
 from reconstructor.errors import UsageError
 
-SECRET = re.compile(r"(password|secret|jaas|token|credential|access[._]?key|private)", re.I)
+# A setting holds a secret when a word of its name says so ("ssl.key.password", "fs.s3a.access.key",
+# "fs.azure.account.key.<account>", "spark.ssl.keyPassword"), unless its last word says the value is
+# only about the secret: where it lives, its kind, the class that provides it ("ssl.keystore.location",
+# "key.serializer", "fs.s3a.aws.credentials.provider", "spark.authenticate.secret.file").  Words, not
+# letters: "keystore", "keymanager" and "keyprovider" are other words.  Certificates are public.
+_SECRET_WORDS = frozenset({"key", "password", "passwd", "passphrase", "secret", "token", "credential",
+                           "credentials", "jaas", "sas"})
+_DESCRIPTOR_WORDS = frozenset({"location", "path", "file", "type", "provider", "class", "algorithm",
+                               "mechanism", "protocol", "serializer", "deserializer", "url", "uri",
+                               "endpoint", "enabled", "length", "bits", "size"})
+# camelCase words that are one word in dotted names ("spark.ssl.keyStore" is "ssl.keystore").
+_COMPOUNDS = {("key", "store"): "keystore", ("trust", "store"): "truststore",
+              ("key", "manager"): "keymanager", ("trust", "manager"): "trustmanager"}
 REDACTED = "***"
 
 # Kafka client settings that may come from the environment (RECON_KAFKA_SASL_MECHANISM, ...).
@@ -56,6 +68,7 @@ class Config:
     compact_every: str | None = "1 hour"
     compact_grace: str = "15 minutes"
     vacuum_retention: str = "168 hours"
+    unsafe_vacuum_retention: bool = False  # allow a vacuum_retention under 168 hours
     shuffle_partitions: int | None = None
     master: str | None = None
     kafka: dict[str, str] = field(default_factory=dict)
@@ -92,13 +105,26 @@ def _toml_value(value) -> str:
 def _redact(value, key: str = ""):
     if isinstance(value, dict):
         return {k: _redact(v, k) for k, v in value.items()}
-    if value is not None and SECRET.search(key) and key not in ("secret_key_file",):
+    if value is not None and is_secret(key):
         return REDACTED
     return value
 
 
+def _words(key: str) -> list[str]:
+    parts = re.split(r"[._\-\s]+|(?<=[a-z0-9])(?=[A-Z])", key)
+    words: list[str] = []
+    for part in (p.lower() for p in parts if p):
+        if words and (words[-1], part) in _COMPOUNDS:
+            words[-1] = _COMPOUNDS[(words[-1], part)]
+        else:
+            words.append(part)
+    return words
+
+
 def is_secret(key: str) -> bool:
-    return bool(SECRET.search(key))
+    """Whether the value of setting ``key`` is a secret (see ``_SECRET_WORDS``)."""
+    words = _words(key)
+    return bool(words) and not _SECRET_WORDS.isdisjoint(words) and words[-1] not in _DESCRIPTOR_WORDS
 
 
 _SCALARS = {f.name for f in fields(Config)} - {"kafka", "spark", "s3"}
@@ -170,7 +196,8 @@ def _apply(cfg: Config, data: Mapping[str, Any], source: str) -> None:
             raise UsageError(f"{source}: unknown setting {key!r}")
 
 
-_FIELD_TYPES = {"max_offsets_per_trigger": int, "shuffle_partitions": int, "await_snapshot": bool}
+_FIELD_TYPES = {"max_offsets_per_trigger": int, "shuffle_partitions": int, "await_snapshot": bool,
+                "unsafe_vacuum_retention": bool}
 
 
 def _coerce(key: str, value, typ, source: str):

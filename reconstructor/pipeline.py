@@ -86,14 +86,15 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
     writer = (out.writeStream.foreachBatch(sinks.write_batch)
               .option("checkpointLocation", settings.checkpoint)
               .outputMode("append"))
+    background = None
     if settings.compact_every:
         from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 
         compactor = Compactor(spark, settings.output,
                               grace_s=duration_ms(settings.compact_grace) / 1000,
                               retention_hours=duration_ms(settings.vacuum_retention) / 3_600_000)
-        _BACKGROUND.append(BackgroundCompactor(compactor, duration_ms(settings.compact_every) / 1000,
-                                               vacuum=settings.vacuum_in_stream).start())
+        background = BackgroundCompactor(compactor, duration_ms(settings.compact_every) / 1000,
+                                         vacuum=settings.vacuum_in_stream)
     if settings.query_name:
         writer = writer.queryName(settings.query_name)
     if available_now(settings.trigger):
@@ -110,6 +111,8 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
     except ReconstructorError:
         query.stop()
         raise
+    if background is not None:  # its first run is now, so after the tables exist
+        _BACKGROUND.append(background.start())
     return query
 
 

@@ -45,11 +45,28 @@ def starting_offsets(value: str) -> str:
     return value
 
 
-def duration(flag: str, value: str) -> str:
+def duration(flag: str, value: str, *, allow_zero: bool = False) -> str:
+    """A duration longer than zero (or zero, where zero means something: ``--grace``)."""
     try:
-        duration_ms(value)
+        ms = duration_ms(value)
     except ValueError as exc:
         raise UsageError(f"{flag}: {exc}") from None
+    if ms <= 0 and not (allow_zero and ms == 0):
+        raise UsageError(f"{flag} {value!r} must be longer than zero (e.g. '30 seconds', '1 hour')")
+    return value
+
+
+# Delta's own floor: a shorter VACUUM retention may delete files that a reader or a concurrent
+# writer still needs.
+SAFE_VACUUM_RETENTION_HOURS = 168
+
+
+def vacuum_retention(value: str, unsafe: bool) -> str:
+    duration("--vacuum-retention", value)
+    if duration_ms(value) < SAFE_VACUUM_RETENTION_HOURS * 3_600_000 and not unsafe:
+        raise UsageError(f"--vacuum-retention {value!r} is under {SAFE_VACUUM_RETENTION_HOURS} hours, so "
+                         "VACUUM may delete files that a reader or a concurrent writer still needs; "
+                         "pass --unsafe-vacuum-retention to accept that")
     return value
 
 

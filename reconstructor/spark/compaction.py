@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from reconstructor.spark.sinks import CURRENT_ROWS, ROW_CHANGES, SESSIONS, table_path
+from reconstructor.spark.sinks import CURRENT_ROWS, ROW_CHANGES, SESSIONS, _session_like, table_path
 
 log = logging.getLogger(__name__)
 _HOUR = re.compile(r"/hour=(\d{4}-\d{2}-\d{2}-\d{2})/")
@@ -92,12 +92,16 @@ class Compactor:
         return self.files_per_hour().get(hour, 0)
 
     def vacuum(self, names=(ROW_CHANGES, CURRENT_ROWS, SESSIONS)) -> list[str]:
+        spark = self.spark
         if self.retention_hours < DEFAULT_RETENTION_HOURS:
-            # Delta refuses a short retention unless told; the operator chose it explicitly.
-            self.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+            # Delta refuses a short retention unless told; the operator chose it explicitly
+            # (--unsafe-vacuum-retention).  Told on a session of its own, so the session the stream
+            # writes with keeps the check.
+            spark = _session_like(self.spark)
+            spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         done = []
         for name in names:
-            DeltaTable.forPath(self.spark, table_path(self.output, name)).vacuum(self.retention_hours)
+            DeltaTable.forPath(spark, table_path(self.output, name)).vacuum(self.retention_hours)
             done.append(name)
         return done
 
@@ -123,13 +127,16 @@ def compact_live_tables(spark: SparkSession, output: str, min_files: int = 16) -
 
 
 class BackgroundCompactor:
-    """Runs ``Compactor.run`` every ``every_s`` in a daemon thread of the streaming driver."""
+    """Runs ``Compactor.run`` in a daemon thread of the streaming driver: once at its start, then
+    every ``every_s`` (a scheduled available-now run shorter than the interval still compacts the
+    hours that closed since the last one)."""
 
     def __init__(self, compactor: Compactor, every_s: float, vacuum: bool = True):
         self.compactor = compactor
         self.vacuum = vacuum
         self.every_s = every_s
         self._stop = threading.Event()
+        self._running = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="reconstructor-compaction", daemon=True)
         self.last_report: CompactionReport | None = None
         self.runs = 0
@@ -140,19 +147,36 @@ class BackgroundCompactor:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 60.0) -> None:
+    @property
+    def running(self) -> bool:
+        """Whether a compaction is in progress."""
+        return self._running.is_set()
+
+    def stop(self) -> None:
+        """Start no new compaction and return once the one in progress, if any, has finished: an
+        OPTIMIZE or VACUUM cut short by the driver's exit would leave its work to the next run."""
         self._stop.set()
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            started = time.time()
+        while not self._stop.is_set():
+            self._running.set()
             try:
-                self.last_report = self.compactor.run(vacuum=self.vacuum)
-                self.runs += 1
-                self.hours_compacted += len(self.last_report.hours)
-                self.windows.append((started, time.time()))
-                for line in self.last_report.lines():
-                    log.info("compaction: %s", line)
-            except Exception as exc:  # a failed compaction is retried next time, never fatal
-                log.warning("compaction failed, will retry: %s", str(exc).splitlines()[0][:300])
+                self._run_once()
+            finally:
+                self._running.clear()
+            if self._stop.wait(self.every_s):
+                return
+
+    def _run_once(self) -> None:
+        started = time.time()
+        try:
+            self.last_report = self.compactor.run(vacuum=self.vacuum)
+            self.runs += 1
+            self.hours_compacted += len(self.last_report.hours)
+            self.windows.append((started, time.time()))
+            for line in self.last_report.lines():
+                log.info("compaction: %s", line)
+        except Exception as exc:  # a failed compaction is retried next time, never fatal
+            log.warning("compaction failed, will retry: %s", str(exc).splitlines()[0][:300])

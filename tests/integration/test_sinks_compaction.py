@@ -153,3 +153,59 @@ def test_a_violation_after_good_batches_leaves_every_table_as_after_the_last_goo
     for t, k in keys.items():
         assert _rows(read_table(spark, out, t).drop("updated_at"), k) == before[t], t
         assert spark.sql(f"DESCRIBE HISTORY delta.`{out}/{t}`").count() == versions[t], t
+
+
+def _closed_hours_table(spark, out: str, hours: int = 4, appends: int = 3) -> list[str]:
+    """A ``row_changes``-like table, partitioned by hour, with ``appends`` files in each of
+    ``hours`` hours that ended at least an hour ago."""
+    now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    names = [(now - dt.timedelta(hours=h)).strftime("%Y-%m-%d-%H") for h in range(hours + 1, 1, -1)]
+    for i in range(appends):
+        rows = [(name, i, n) for name in names for n in range(50)]
+        (spark.createDataFrame(rows, "hour string, batch int, n int").coalesce(1)
+         .write.format("delta").mode("append").partitionBy("hour").save(f"{out}/row_changes"))
+    return names
+
+
+def _operations(spark, path: str) -> list[str]:
+    return [r.operation for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()]
+
+
+def test_a_background_compactor_compacts_due_hours_at_its_start_and_stop_waits_for_that_run(spark, tmp_path):
+    from reconstructor.spark.compaction import BackgroundCompactor
+
+    out = str(tmp_path / "out")
+    hours = _closed_hours_table(spark, out)
+    compactor = Compactor(spark, out, grace_s=0, min_files=1)
+    assert compactor.closed_hours() == hours
+    # An hour between runs: a scheduled available-now run shorter than that must still compact.
+    background = BackgroundCompactor(compactor, every_s=3600, vacuum=False).start()
+    try:
+        deadline = time.monotonic() + 180  # a guard against waiting forever, not a measurement
+        while not (getattr(background, "running", False) or background.runs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        background.stop()  # called while the run is (most likely) still optimizing its hours
+    assert background.runs == 1, "no compaction ran after the compactor started"
+    # stop() returned after the run it found in progress had committed all of its work.
+    assert sorted(h.hour for h in background.last_report.hours) == hours
+    assert _operations(spark, f"{out}/row_changes").count("OPTIMIZE") == len(hours)
+    assert set(compactor.files_per_hour().values()) == {1}
+
+
+def test_a_short_vacuum_retention_leaves_the_streams_session_checking_retention(spark, tmp_path):
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    before = spark.conf.get(key, None)
+    out = str(tmp_path / "out")
+    _closed_hours_table(spark, out, hours=2)
+    compactor = Compactor(spark, out, grace_s=0, retention_hours=0, min_files=1)
+    compactor.run(vacuum=False)
+    parquet = lambda: {p.name for p in (tmp_path / "out" / "row_changes").rglob("*.parquet")}  # noqa: E731
+    files_before = parquet()
+
+    assert compactor.vacuum(names=("row_changes",)) == ["row_changes"]
+
+    # The VACUUM ran with no retention (the files OPTIMIZE replaced are gone) ...
+    assert len(parquet()) == 2 and parquet() < files_before
+    # ... and the session the stream writes with still refuses one.
+    assert spark.conf.get(key, None) == before and before != "false"

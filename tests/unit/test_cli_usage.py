@@ -51,3 +51,92 @@ def test_help_lists_every_command_with_examples():
     for flag in ("--bootstrap-servers", "--topic-pattern", "--output", "--checkpoint", "--trigger",
                  "--starting-offsets", "--max-offsets-per-trigger", "--session-timeout", "--config"):
         assert flag in run_help
+
+
+def _main(capsys, *args) -> tuple[int, list[str]]:
+    """``reconstructor.cli.main`` in this process: its exit code and its stderr lines."""
+    from reconstructor.cli import main
+
+    code = main(list(args))
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def _run_args(tmp_path, *extra):
+    return [*BASE, "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "chk"), *extra]
+
+
+# Every duration but --grace must be longer than zero: a zero session timeout fails at the first
+# batch, a zero compaction interval spins, a zero trigger interval or VACUUM retention is a typo.
+@pytest.mark.parametrize("flag_or_setting, value", [
+    ("--session-timeout", "0s"),
+    ("--session-timeout", "0 seconds"),
+    ("--trigger", "0 seconds"),
+    ("--compact-every", "0s"),
+    ("vacuum_retention", "0 hours"),
+])
+def test_a_zero_duration_is_refused_with_one_line_naming_the_flag(tmp_path, monkeypatch, capsys,
+                                                                 flag_or_setting, value):
+    monkeypatch.chdir(tmp_path)
+    if flag_or_setting.startswith("--"):
+        args = _run_args(tmp_path, flag_or_setting, value)
+        flag = flag_or_setting
+    else:  # a setting run takes from --config only
+        (tmp_path / "c.toml").write_text(f'{flag_or_setting} = "{value}"\n')
+        args = _run_args(tmp_path, "--config", str(tmp_path / "c.toml"), "--unsafe-vacuum-retention")
+        flag = "--" + flag_or_setting.replace("_", "-")
+    code, lines = _main(capsys, *args)
+    assert code == 2, lines
+    assert len(lines) == 1 and flag in lines[0] and value in lines[0], lines
+    assert not (tmp_path / "chk" / "offsets").exists()
+
+
+def test_a_zero_grace_is_accepted_an_hour_closes_right_at_its_end(tmp_path, monkeypatch, capsys):
+    # Validation passes the durations and stops at the next check, the unwritable output.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text('compact_grace = "0 seconds"\n')
+    code, lines = _main(capsys, *BASE, "--output", "/proc/forbidden/out", "--checkpoint", "chk",
+                        "--config", str(tmp_path / "c.toml"))
+    assert code == 2 and len(lines) == 1 and "is not writable" in lines[0], lines
+
+
+def test_compact_refuses_a_vacuum_retention_under_168_hours(tmp_path, capsys):
+    code, lines = _main(capsys, "compact", "--output", str(tmp_path / "out"), "--vacuum-retention", "24 hours")
+    assert code == 2, lines
+    assert len(lines) == 1, lines
+    assert "--vacuum-retention" in lines[0] and "24 hours" in lines[0]
+    assert "--unsafe-vacuum-retention" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("how", ["flag", "file", "env"])
+def test_run_refuses_a_short_vacuum_retention_unless_told_it_is_unsafe(tmp_path, monkeypatch, capsys, how):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RECON_UNSAFE_VACUUM_RETENTION", raising=False)
+    (tmp_path / "c.toml").write_text('vacuum_retention = "1 hour"\n')
+    args = [*BASE, "--output", "/proc/forbidden/out", "--checkpoint", "chk", "--config", str(tmp_path / "c.toml")]
+    code, lines = _main(capsys, *args)
+    assert code == 2 and len(lines) == 1 and "--unsafe-vacuum-retention" in lines[0], lines
+
+    if how == "flag":
+        args.append("--unsafe-vacuum-retention")
+    elif how == "file":
+        (tmp_path / "c.toml").write_text('vacuum_retention = "1 hour"\nunsafe_vacuum_retention = true\n')
+    else:
+        monkeypatch.setenv("RECON_UNSAFE_VACUUM_RETENTION", "true")
+    code, lines = _main(capsys, *args)
+    # Accepted: validation goes on to the next check, the unwritable output.
+    assert code == 2 and len(lines) == 1 and "is not writable" in lines[0], lines
+
+
+def test_compact_accepts_a_short_vacuum_retention_with_the_unsafe_flag():
+    from reconstructor import validate
+
+    assert validate.vacuum_retention("24 hours", unsafe=True) == "24 hours"
+    assert validate.vacuum_retention("168 hours", unsafe=False) == "168 hours"
+
+
+def test_every_command_that_vacuums_documents_the_unsafe_flag_and_its_risk():
+    for command in (["run"], ["replay"], ["compact"], ["config", "show"]):
+        text = " ".join(cli(*command, "--help").stdout.split())
+        assert "--unsafe-vacuum-retention" in text, command
+        assert "reader or a concurrent writer still needs" in text, command

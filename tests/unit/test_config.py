@@ -51,3 +51,76 @@ def test_micro_batches_are_capped_by_default_and_each_layer_can_move_the_cap(tmp
     assert config.load(str(f), env={}, flags={"max_offsets_per_trigger": 7}).max_offsets_per_trigger == 7
     with pytest.raises(UsageError, match="must be positive"):
         config.load(None, env={}, flags={"max_offsets_per_trigger": 0})
+
+
+# Real-world setting names: the value of each is a secret (True) or not (False).  A name that only
+# contains the letters (keystore, keymanager, key.serializer) or that names where a secret lives,
+# what kind it is or which class provides it (location, type, provider, file, url) is not a secret;
+# a certificate chain or truststore certificates are public.
+SETTING_NAMES = [
+    ("kafka", "ssl.key.password", True),
+    ("kafka", "ssl.keystore.key", True),
+    ("kafka", "ssl.keystore.password", True),
+    ("kafka", "ssl.truststore.password", True),
+    ("kafka", "sasl.jaas.config", True),
+    ("kafka", "sasl.oauthbearer.client.secret", True),
+    ("kafka", "sasl.oauthbearer.client.credentials.client.secret", True),
+    ("kafka", "ssl.keystore.certificate.chain", False),
+    ("kafka", "ssl.truststore.certificates", False),
+    ("kafka", "ssl.keystore.location", False),
+    ("kafka", "ssl.keystore.type", False),
+    ("kafka", "ssl.truststore.location", False),
+    ("kafka", "ssl.keymanager.algorithm", False),
+    ("kafka", "ssl.endpoint.identification.algorithm", False),
+    ("kafka", "key.serializer", False),
+    ("kafka", "key.deserializer", False),
+    ("kafka", "sasl.mechanism", False),
+    ("kafka", "security.protocol", False),
+    ("kafka", "sasl.kerberos.service.name", False),
+    ("kafka", "sasl.login.callback.handler.class", False),
+    ("kafka", "sasl.oauthbearer.token.endpoint.url", False),
+    ("spark", "spark.hadoop.fs.s3a.secret.key", True),
+    ("spark", "spark.hadoop.fs.s3a.access.key", True),
+    ("spark", "spark.hadoop.fs.s3a.session.token", True),
+    ("spark", "spark.hadoop.fs.s3a.encryption.key", True),
+    ("spark", "spark.hadoop.fs.s3a.server-side-encryption.key", True),
+    ("spark", "spark.hadoop.fs.s3a.bucket.recon.secret.key", True),
+    ("spark", "spark.hadoop.fs.azure.account.key.myacct.dfs.core.windows.net", True),
+    ("spark", "fs.azure.account.key.myacct.blob.core.windows.net", True),
+    ("spark", "spark.hadoop.fs.azure.account.oauth2.client.secret", True),
+    ("spark", "spark.hadoop.fs.azure.sas.fixed.token", True),
+    ("spark", "spark.ssl.keyPassword", True),
+    ("spark", "spark.ssl.keyStorePassword", True),
+    ("spark", "spark.authenticate.secret", True),
+    ("spark", "spark.databricks.token", True),
+    ("spark", "spark.hadoop.fs.s3a.aws.credentials.provider", False),
+    ("spark", "spark.hadoop.fs.s3a.encryption.algorithm", False),
+    ("spark", "spark.hadoop.fs.azure.account.oauth2.client.id", False),
+    ("spark", "spark.hadoop.fs.azure.account.keyprovider.myacct.dfs.core.windows.net", False),
+    ("spark", "spark.ssl.keyStore", False),
+    ("spark", "spark.authenticate.secret.file", False),
+    ("spark", "spark.network.crypto.keyLength", False),
+    ("spark", "spark.sql.shuffle.partitions", False),
+    ("spark", "spark.hadoop.fs.s3a.endpoint", False),
+    ("s3", "access_key", True),
+    ("s3", "secret_key", True),
+    ("s3", "endpoint", False),
+    ("s3", "region", False),
+]
+
+
+@pytest.mark.parametrize("table, name, secret", SETTING_NAMES)
+def test_config_show_redacts_exactly_the_settings_whose_value_is_a_secret(tmp_path, table, name, secret):
+    value = "VALUE-1b9e7c"
+    f = tmp_path / "c.toml"
+    f.write_text(f'[{table}]\n"{name}" = "{value}"\n')
+    cfg = config.load(str(f), env={})
+    text = cfg.to_toml()
+    assert (value not in text) == secret, text
+    assert (config.REDACTED in text) == secret, text
+    assert config.is_secret(name) == secret
+
+
+def test_no_scalar_setting_is_redacted():
+    text = config.Config(output="/out", topic_pattern="sensor-.*", bootstrap_servers="h:1").to_toml()
+    assert config.REDACTED not in text
