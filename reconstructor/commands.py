@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import logging
@@ -123,8 +124,12 @@ def replay(args) -> int:
     cfg = _cfg(args)
     if args.await_snapshot:
         cfg.await_snapshot = True
-    if not cfg.checkpoint:
-        cfg.checkpoint = f"{cfg.output.rstrip('/')}/_checkpoints/replay-{uuid.uuid4().hex[:8]}" if cfg.output else None
+    # A replay never moves another query's checkpoint: it takes only a --checkpoint flag (one with
+    # no committed batch, checked before the query starts), never the configured one.
+    configured = _cfg(argparse.Namespace(**{**vars(args), "checkpoint": None})).checkpoint
+    cfg.checkpoint = args.checkpoint
+    if not cfg.checkpoint and cfg.output:
+        cfg.checkpoint = f"{cfg.output.rstrip('/')}/_checkpoints/replay-{uuid.uuid4().hex[:8]}"
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
     if args.from_offsets:
         offsets = validate.starting_offsets(args.from_offsets)
@@ -137,7 +142,10 @@ def replay(args) -> int:
     cfg.starting_offsets = offsets
     cfg.trigger = "available-now"
     _validated_stream(cfg)
-    print(f"replaying from {offsets} into {cfg.output} (checkpoint {cfg.checkpoint})", file=sys.stderr)
+    left_alone = (f"; the configured checkpoint {configured} is left alone"
+                  if configured and configured != cfg.checkpoint else "")
+    print(f"replaying from {offsets} into {cfg.output} (checkpoint {cfg.checkpoint}{left_alone})",
+          file=sys.stderr)
     from reconstructor.progress import CatchUpProgress
 
     return _stream(cfg, _settings(cfg, dedupe_changes=True), "reconstructor-replay",
@@ -153,12 +161,15 @@ def _offsets_for_timestamp(cfg: Config, ts: str) -> str:
         when = when.replace(tzinfo=dt.timezone.utc)
     from confluent_kafka import Consumer, TopicPartition
 
+    from reconstructor.kafka_admin import client_or_usage_error, librdkafka_settings
+
     parts = [TopicPartition(t, p, int(when.timestamp() * 1000))
              for t, ps in _partitions(cfg).items() for p in ps]
     if not parts:
         raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
-    consumer = Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": "reconstructor-replay",
-                         "enable.auto.commit": False})
+    consumer = client_or_usage_error(Consumer, {
+        **librdkafka_settings(cfg.kafka), "bootstrap.servers": cfg.bootstrap_servers,
+        "group.id": "reconstructor-replay", "enable.auto.commit": False})
     try:
         found = consumer.offsets_for_times(parts, timeout=10)
     finally:
@@ -197,11 +208,12 @@ def _offsets_from_last_snapshot(cfg: Config) -> str:
 def _partitions(cfg: Config) -> dict[str, list[int]]:
     import re
 
-    from reconstructor.kafka_admin import broker_metadata
+    from reconstructor.kafka_admin import broker_metadata, librdkafka_settings
 
+    settings = librdkafka_settings(cfg.kafka)  # the stream's security, before any connection
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
     pattern = re.compile(f"^(?:{cfg.topic_pattern})$")
-    meta = broker_metadata(cfg.bootstrap_servers, 10)
+    meta = broker_metadata(cfg.bootstrap_servers, 10, settings)
     return {t: sorted(tm.partitions) for t, tm in meta.topics.items() if pattern.match(t)}
 
 

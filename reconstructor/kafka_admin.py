@@ -6,10 +6,71 @@ check one before a run, those lines are noise, so the client gets a logger that 
 
 from __future__ import annotations
 
+import re
+from typing import Mapping
+
+from reconstructor.errors import UsageError
+
 
 class _Silent:
     def log(self, *args, **kwargs) -> None:
         pass
+
+
+# Java client settings with no librdkafka equivalent that a lookup could do without: what to set.
+_JAVA_ONLY = {
+    "ssl.truststore.location": "ssl.ca.location (a PEM file), or ssl.truststore.type = PEM",
+    "ssl.truststore.password": "ssl.ca.location (a PEM file)",
+    "ssl.truststore.certificates": "ssl.ca.pem",
+    "ssl.keystore.location": "ssl.keystore.location with ssl.keystore.type = PKCS12, or "
+                             "ssl.certificate.location and ssl.key.location (PEM)",
+    "ssl.keystore.certificate.chain": "ssl.certificate.pem",
+    "ssl.keystore.key": "ssl.key.pem",
+    "sasl.jaas.config": "sasl.username and sasl.password (PLAIN or SCRAM), or librdkafka's "
+                        "sasl.kerberos.* / sasl.oauthbearer.* settings",
+    "sasl.login.callback.handler.class": "librdkafka's sasl.oauthbearer.* settings",
+    "sasl.client.callback.handler.class": "librdkafka's sasl.* settings",
+    "sasl.login.class": "librdkafka's sasl.* settings",
+}
+# Java-only keys that carry nothing librdkafka needs once the keys above are translated.
+_DROPPED = {"ssl.truststore.type", "ssl.keystore.type", "ssl.keystore.password"}
+_JAAS_LOGIN = re.compile(r"\.(?:PlainLoginModule|ScramLoginModule)\s+required\b")
+
+
+def librdkafka_settings(kafka_options: Mapping[str, str]) -> dict[str, str]:
+    """The ``[kafka]`` settings an offset lookup (confluent-kafka, i.e. librdkafka) needs.
+
+    The stream's consumer is Spark's Java client; the lookups of ``replay --from-timestamp`` and
+    ``--from-last-snapshot`` must reach the same cluster with the same security.  Connection
+    settings (``security.*``, ``sasl.*``, ``ssl.*``, ``client.id``) pass, Java ones translated when
+    librdkafka has an equivalent; tuning of the stream's consumer is not needed for a lookup.  A
+    Java-only setting with no equivalent is a ``UsageError`` naming it (never its value).
+    """
+    opts = {k.removeprefix("kafka."): str(v) for k, v in kafka_options.items()}
+    opts = {k: v for k, v in opts.items() if k.startswith(("security.", "sasl.", "ssl.")) or k == "client.id"}
+    out: dict[str, str] = {}
+    for key, value in opts.items():
+        if key == "sasl.jaas.config" and _JAAS_LOGIN.search(value):
+            for name in ("username", "password"):
+                m = re.search(rf'\b{name}\s*=\s*"((?:[^"\\]|\\.)*)"', value)
+                if m is None:
+                    raise UsageError(f"[kafka] sasl.jaas.config names no {name}; the offset lookup "
+                                     f"needs it (or set sasl.username and sasl.password)")
+                out.setdefault(f"sasl.{name}", re.sub(r"\\(.)", r"\1", m.group(1)))
+        elif key == "ssl.truststore.location" and opts.get("ssl.truststore.type", "").upper() == "PEM":
+            out["ssl.ca.location"] = value
+        elif key == "ssl.keystore.location" and opts.get("ssl.keystore.type", "").upper() == "PKCS12":
+            out[key] = value
+            if "ssl.keystore.password" in opts:
+                out["ssl.keystore.password"] = opts["ssl.keystore.password"]
+        elif key == "ssl.endpoint.identification.algorithm":
+            out[key] = value or "none"  # Java's "" (no host check) is librdkafka's "none"
+        elif key in _JAVA_ONLY:
+            raise UsageError(f"[kafka] {key} is a Java client setting librdkafka (used to look up "
+                             f"replay offsets) does not have; add {_JAVA_ONLY[key]}")
+        elif key not in _DROPPED:
+            out[key] = value
+    return out
 
 
 def admin_client(bootstrap: str, **conf):
@@ -18,6 +79,21 @@ def admin_client(bootstrap: str, **conf):
     return AdminClient({"bootstrap.servers": bootstrap, "logger": _Silent(), **conf})
 
 
-def broker_metadata(bootstrap: str, timeout_s: float):
-    """Cluster metadata, or raises ``confluent_kafka.KafkaException`` when no broker answers."""
-    return admin_client(bootstrap, **{"socket.timeout.ms": int(timeout_s * 1000)}).list_topics(timeout=timeout_s)
+def broker_metadata(bootstrap: str, timeout_s: float, conf: Mapping[str, str] | None = None):
+    """Cluster metadata, or raises ``confluent_kafka.KafkaException`` when no broker answers.
+
+    ``conf``: librdkafka settings (see ``librdkafka_settings``)."""
+    client = client_or_usage_error(admin_client, bootstrap,
+                                   **{"socket.timeout.ms": int(timeout_s * 1000), **(conf or {})})
+    return client.list_topics(timeout=timeout_s)
+
+
+def client_or_usage_error(make, *args, **conf):
+    """A confluent-kafka client; a setting librdkafka rejects is a ``UsageError`` naming it."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return make(*args, **conf)
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise UsageError(f"librdkafka rejects the [kafka] settings: "
+                         f"{exc}") from None

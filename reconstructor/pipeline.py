@@ -13,6 +13,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.errors import IntegrityViolationError, ReconstructorError
 from reconstructor.schema import RowSchema
+from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.source import kafka_stream
@@ -38,7 +39,9 @@ class PipelineSettings:
     compact_grace: str = "15 minutes"
     vacuum_retention: str = "168 hours"
     vacuum_in_stream: bool = True
-    dedupe_changes: bool = False  # replays: insert a row change only if the output lacks it
+    # Replays: insert a row change only if the output lacks it; write any writer's tables, on a
+    # checkpoint of their own (no committed batch), and never record themselves as the writer.
+    dedupe_changes: bool = False
 
 
 _UNITS_MS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "m": 60_000,
@@ -68,8 +71,9 @@ def stop_background() -> None:
 
 def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
     schema = RowSchema.load(settings.row_schema)
-    sinks = DeltaSinks.for_query(spark, settings.output, schema, settings.checkpoint,
-                                 dedupe_changes=settings.dedupe_changes)
+    sinks = DeltaSinks(spark, settings.output, schema, dedupe_changes=settings.dedupe_changes)
+    # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
+    sinks.check_writer(checkpoint_state(spark, settings.checkpoint))
     sinks.start_creating_tables()
     raw = kafka_stream(
         spark,
@@ -105,6 +109,7 @@ def start(spark: SparkSession, settings: PipelineSettings) -> StreamingQuery:
         duration_ms(settings.trigger)
         writer = writer.trigger(processingTime=settings.trigger)
     query = _start(spark, writer, settings)
+    sinks.set_query_id(query.id)  # the checkpoint's own id: the batches wait for it
     _SINKS_OF_QUERY[query.id] = sinks
     try:
         sinks.await_tables()  # created while the query planned and began its first batch

@@ -2,8 +2,10 @@
 
 The micro-batch is persisted once, so the stateful step runs once per batch.  A violation row
 fails the batch before any table is touched.  The append uses Delta's idempotent writes
-(``txnAppId``/``txnVersion`` = batch id) and the MERGEs are guarded by ``seq``, so a batch that is
-re-run after a crash neither loses nor repeats a change.
+(``txnAppId`` = the streaming query's id, ``txnVersion`` = batch id) and the MERGEs are guarded by
+``seq``, so a batch that is re-run after a crash neither loses nor repeats a change.  The query id
+is the checkpoint's own (Spark keeps it there), so a writer is its checkpoint, however its path is
+spelled; ``run`` records it on the tables (``reconstructor.writer``) before its first write.
 
 After the append, the ``current_rows`` and ``sessions`` MERGEs run side by side: each is its own
 Delta transaction on its own table, and much of a MERGE is driver-side planning and commit that
@@ -14,7 +16,7 @@ thread writes through its own ``SparkSession`` (same context and cache, own conf
 from __future__ import annotations
 
 import functools
-import hashlib
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -26,7 +28,8 @@ from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
 from reconstructor.core.violations import IntegrityViolation
-from reconstructor.errors import IntegrityViolationError, ReconstructorError, error_line
+from reconstructor.core.writer import WRITER_PROPERTY, TableState, refusal
+from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError, error_line
 from reconstructor.schema import RowSchema
 from reconstructor.spark.stateful import (CHANGE_RECORD, CURRENT_RECORD, SESSION_INFO_DDL, SESSION_RECORD,
                                           VIOLATION_RECORD)
@@ -35,6 +38,8 @@ ROW_CHANGES, CURRENT_ROWS, SESSIONS = "row_changes", "current_rows", "sessions"
 TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS)
 # current_rows and sessions are MERGEd every batch; bin-pack them between batches this often.
 LIVE_COMPACTION_EVERY = 50
+# How long a batch waits for ``set_query_id`` (called right after ``writer.start()`` returns).
+QUERY_ID_WAIT_S = 600
 
 
 def row_changes_ddl(schema: RowSchema) -> str:
@@ -74,23 +79,66 @@ class DeltaSinks:
     spark: SparkSession
     output: str
     schema: RowSchema
-    app_id: str
     #: Replays re-read changes the output may already hold: insert a change only when its
-    #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.
+    #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.  A replay
+    #: may write any writer's tables and never records itself as their writer.
     dedupe_changes: bool = False
     #: The violation a batch stopped on, for the driver to report as it is (a query's failure
     #: reaches the caller only as text).
     violation: IntegrityViolation | None = field(default=None, init=False)
     _writers: dict[str, SparkSession] = field(default_factory=dict, init=False, repr=False)
     _tables: Future | None = field(default=None, init=False, repr=False)
+    _query_id: str | None = field(default=None, init=False, repr=False)
+    _query_started: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _recorded: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    _claimed: bool = field(default=False, init=False, repr=False)
 
-    @classmethod
-    def for_query(cls, spark: SparkSession, output: str, schema: RowSchema, checkpoint: str,
-                  dedupe_changes: bool = False) -> "DeltaSinks":
-        # One idempotency id per (checkpoint, output): a restart of the same query skips batches
-        # it already committed; another checkpoint is another writer.
-        digest = hashlib.sha256(f"{checkpoint}|{output}".encode()).hexdigest()[:16]
-        return cls(spark, output, schema, f"reconstructor-{digest}", dedupe_changes)
+    def check_writer(self, checkpoint) -> None:
+        """Refuse (``UsageError``) to write tables another writer holds, before Kafka is read.
+
+        ``checkpoint`` is the query's ``CheckpointState``; what the tables record is kept, so the
+        first batch only records this writer where it is not recorded yet."""
+        states = self._table_states()
+        self._recorded = {t.name: t.writer for t in states}
+        reason = refusal(checkpoint, states, self.output, replay=self.dedupe_changes)
+        if reason is not None:
+            raise UsageError(reason)
+
+    def _table_states(self) -> list[TableState]:
+        """Each existing table's writer and whether it holds data, from its Delta log alone."""
+        def read(name):
+            path = self.path(name)
+            if not DeltaTable.isDeltaTable(self.spark, path):
+                return None
+            detail = DeltaTable.forPath(self.spark, path).detail().collect()[0]
+            return TableState(name, (detail.numFiles or 0) > 0, (detail.properties or {}).get(WRITER_PROPERTY))
+
+        try:
+            found = _side_by_side(self.spark, *[functools.partial(read, name) for name in TABLES])
+        except Exception as exc:  # noqa: BLE001 - any failure here is the output's
+            raise ReconstructorError(
+                f"cannot read the output tables under {self.output}: {error_line(exc)}") from exc
+        return [state for state in found if state is not None]
+
+    def set_query_id(self, query_id: str) -> None:
+        """The streaming query's id (``StreamingQuery.id``), right after ``writer.start()``."""
+        self._query_id = query_id
+        self._query_started.set()
+
+    @property
+    def query_id(self) -> str:
+        # foreachBatch may run the first batch before writer.start() has returned in the caller.
+        # The id is handed over through an event rather than read from the checkpoint's metadata
+        # file before start: a new checkpoint has no such file until the query starts, and Spark's
+        # own StreamingQuery.id is the same for local and s3a:// checkpoints with no extra read.
+        if not self._query_started.wait(QUERY_ID_WAIT_S):
+            raise ReconstructorError("the streaming query started writing before it had an id")
+        return self._query_id
+
+    @property
+    def app_id(self) -> str:
+        """Delta's idempotency id: one per writer, which is its checkpoint's query."""
+        return f"reconstructor-{self.query_id}"
 
     def path(self, name: str) -> str:
         return table_path(self.output, name)
@@ -161,6 +209,7 @@ class DeltaSinks:
                 self.violation = IntegrityViolation.from_json(stats.violation)
                 raise IntegrityViolationError(self.violation)
             self.await_tables()
+            self._record_writer()
             changes = batch.filter(F.col("record") == CHANGE_RECORD)
             current = batch.filter(((F.col("record") == CHANGE_RECORD) & F.col("is_latest"))
                                    | (F.col("record") == CURRENT_RECORD))
@@ -178,6 +227,20 @@ class DeltaSinks:
                 compact_live_tables(self.spark, self.output)
         finally:
             batch.unpersist()
+
+    def _record_writer(self) -> None:
+        """Before a run's first write: record its query as the tables' writer (a replay never does)."""
+        if self.dedupe_changes or self._claimed:
+            return
+        query_id = self.query_id
+
+        def record(name):
+            self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` "
+                           f"SET TBLPROPERTIES ('{WRITER_PROPERTY}' = '{query_id}')")
+
+        _side_by_side(self.spark, *[functools.partial(record, name) for name in TABLES
+                                    if self._recorded.get(name) != query_id])
+        self._claimed = True
 
     def _write_current_rows(self, current: DataFrame, sessions: DataFrame, batch_id: int,
                             closed: bool) -> None:
@@ -271,13 +334,14 @@ def _session_like(spark: SparkSession) -> SparkSession:
     return session
 
 
-def _side_by_side(spark: SparkSession, *writes) -> None:
+def _side_by_side(spark: SparkSession, *writes) -> list:
     """Run independent table writes in threads that inherit the caller's job group (stopping the
-    query cancels them too); wait for all; raise the first failure."""
+    query cancels them too); wait for all; raise the first failure, else return their results."""
+    if not writes:
+        return []
     with ThreadPoolExecutor(len(writes), thread_name_prefix="delta-sink") as pool:
         futures = [pool.submit(inheritable_thread_target(spark)(write)) for write in writes]
-    for future in futures:
-        future.result()
+    return [future.result() for future in futures]
 
 
 class _DeltaTxn:

@@ -1,0 +1,74 @@
+"""Who may write an output: a writer is its checkpoint (the streaming query id it keeps).
+
+Delta's idempotent writes skip a batch whose id the same writer already committed, so two
+checkpoints writing as one writer would skip each other's batches, and a new checkpoint over
+tables another one filled would append everything again.  ``refusal`` decides, before anything is
+read from Kafka, whether a command may write the tables as this checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+#: Table property naming the query id of the checkpoint that writes the tables (``run`` sets it).
+WRITER_PROPERTY = "reconstructor.writer"
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    location: str
+    query_id: str | None  # from the checkpoint's ``metadata`` file; None before its first start
+    last_committed: int | None  # the last batch id in ``commits/``; None when none was committed
+
+
+@dataclass(frozen=True)
+class TableState:
+    name: str
+    has_data: bool
+    writer: str | None  # WRITER_PROPERTY; None on a new table or one an older version wrote
+
+
+def query_id_of(metadata_text: str) -> str:
+    """The query id in the text of a checkpoint's ``metadata`` file (``{"id": ...}``)."""
+    for line in metadata_text.splitlines():
+        if line.strip():
+            return str(json.loads(line)["id"])
+    raise ValueError("empty checkpoint metadata")
+
+
+def last_batch(commit_names) -> int | None:
+    """The last committed batch id, given the file names under ``commits/``."""
+    ids = [int(n) for n in commit_names if n.isdigit()]
+    return max(ids) if ids else None
+
+
+def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> str | None:
+    """Why this command must not write ``output`` as this checkpoint, or None when it may.
+
+    - A replay always runs on a checkpoint of its own (no committed batch), so it never moves
+      another query's checkpoint; it de-duplicates, so any writer's tables are open to it.
+    - A run goes on when no table holds data, or when the tables' recorded writer is this
+      checkpoint's query.  Tables an older version wrote (no writer recorded) are adopted by a
+      checkpoint that has committed batches (it is the one that wrote them) and refused to a new one.
+    - Anything else is another writer's data: refused, never skipped, never appended twice.
+    """
+    if replay:
+        if checkpoint.last_committed is None:
+            return None
+        return (f"replay needs a checkpoint of its own with no committed batch; {checkpoint.location} "
+                f"holds batches up to {checkpoint.last_committed}: give another --checkpoint, or none "
+                "for a fresh one")
+    held = [t for t in tables if t.has_data]
+    mine = checkpoint.query_id
+    if all(t.writer == mine or (t.writer is None and checkpoint.last_committed is not None)
+           for t in held) and (mine is not None or not held):
+        return None
+    others = sorted({t.writer for t in held if t.writer not in (None, mine)})
+    if checkpoint.last_committed is None:
+        whose = f"the checkpoint {checkpoint.location} is new"
+    else:
+        whose = f"the checkpoint {checkpoint.location} is query {mine}"
+    by = f"query {', '.join(others)}" if others else "another checkpoint"
+    return (f"the tables under {output} hold data written by {by} and {whose}: use "
+            f"`reconstructor replay` into them (it de-duplicates) or choose another --output")

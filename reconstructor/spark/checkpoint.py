@@ -1,0 +1,27 @@
+"""What a streaming checkpoint holds, read through Hadoop's file system (local paths and s3a://)."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from reconstructor.core.writer import CheckpointState, last_batch, query_id_of
+
+
+def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
+    """The query id Spark keeps in ``metadata`` and the last batch in ``commits/``, without
+    starting a query (a new or absent checkpoint has neither)."""
+    jvm = spark.sparkContext._jvm
+    Path = jvm.org.apache.hadoop.fs.Path
+    root = Path(location)
+    fs = root.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+    query_id = None
+    metadata = Path(root, "metadata")
+    if fs.exists(metadata):
+        stream = fs.open(metadata)
+        try:
+            query_id = query_id_of(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+    commits = Path(root, "commits")
+    names = [s.getPath().getName() for s in fs.listStatus(commits)] if fs.exists(commits) else []
+    return CheckpointState(location, query_id, last_batch(names))

@@ -1,0 +1,130 @@
+"""A writer is its checkpoint: a lost or second checkpoint over written tables is refused (exit 2),
+the same checkpoint spelled differently continues exactly, and `replay` never moves the main
+checkpoint."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from delta.tables import DeltaTable
+
+from reconstructor.fleet import FleetSpec, plan_fleet
+from reconstructor.schema import RowSchema
+from tests.integration.pipeline_support import (current_tables, expected_all, produce, read_table,
+                                                replayed_tables, run)
+from tests.integration.test_cli_end_to_end import cli
+from tests.integration.test_reconstruct_pipeline import _change_count, _expected_open
+
+pytestmark = pytest.mark.integration
+NAMES = RowSchema.load().names
+TABLES = ("row_changes", "current_rows", "sessions")
+
+
+def _fleet(prefix: str):
+    spec = FleetSpec(topic_prefix=prefix, sensors=1, sessions_per_sensor=2, rows=12, updates=40,
+                     seed=23, end_sessions=False)
+    messages = list(plan_fleet(spec))
+    return spec, messages, len(messages) // 2
+
+
+def _run(bootstrap, pattern, out, chk):
+    return cli("run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
+               "--checkpoint", chk, "--compact-every", "off")
+
+
+def _versions(spark, out) -> dict:
+    return {t: DeltaTable.forPath(spark, f"{out}/{t}").history(1).collect()[0].version for t in TABLES}
+
+
+def _refusal(result) -> str:
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("reconstructor:")]
+    return line
+
+
+def _assert_exact(spark, out, messages):
+    assert current_tables(spark, out, NAMES) == _expected_open(messages)
+    assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
+    changes = read_table(spark, out, "row_changes")
+    assert changes.count() == _change_count(messages)
+    assert changes.select("topic", "partition", "offset", "row_pos", "row_id").distinct().count() == \
+        changes.count()
+
+
+def test_a_checkpoint_recreated_at_the_same_path_is_refused_and_the_tables_stay(
+        stack, spark, run_id, tmp_path):
+    spec, messages, half = _fleet(f"wlost{run_id}-sensor-")
+    pattern, bootstrap = f"wlost{run_id}-sensor-[0-9]+", stack.bootstrap_servers()
+    out, chk = str(tmp_path / "out"), tmp_path / "chk"
+    produce(spec, messages[:half], 2)
+    first = _run(bootstrap, pattern, out, str(chk))
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = _versions(spark, out)
+
+    shutil.rmtree(chk)
+    chk.mkdir()
+    produce(spec, messages[half:], 2, create=False)
+    line = _refusal(_run(bootstrap, pattern, out, str(chk)))
+    assert "replay" in line and "--output" in line and out in line
+    assert _versions(spark, out) == before  # not one commit: refused before reading Kafka
+    assert current_tables(spark, out, NAMES) == _expected_open(messages[:half])
+
+
+def test_a_second_checkpoint_over_written_tables_is_refused_and_the_first_goes_on(
+        stack, spark, run_id, tmp_path):
+    spec, messages, half = _fleet(f"wtwo{run_id}-sensor-")
+    pattern, bootstrap = f"wtwo{run_id}-sensor-[0-9]+", stack.bootstrap_servers()
+    out, chk, other = str(tmp_path / "out"), str(tmp_path / "chk"), str(tmp_path / "other-chk")
+    produce(spec, messages[:half], 2)
+    assert _run(bootstrap, pattern, out, chk).returncode == 0
+    before = _versions(spark, out)
+
+    produce(spec, messages[half:], 2, create=False)
+    _refusal(_run(bootstrap, pattern, out, other))
+    assert _versions(spark, out) == before
+
+    resumed = _run(bootstrap, pattern, out, chk)  # the tables' own writer continues
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    _assert_exact(spark, out, messages)
+
+
+def test_the_same_s3a_checkpoint_with_a_trailing_slash_continues_exactly(spark, stack, run_id):
+    spec, messages, half = _fleet(f"wslash{run_id}-sensor-")
+    pattern = f"wslash{run_id}-sensor-[0-9]+"
+    root = f"s3a://{stack.S3_BUCKET}/it/{run_id}"
+    out, chk = f"{root}/out", f"{root}/chk"
+    produce(spec, messages[:half], 2)
+    run(spark, pattern, out, chk)
+    produce(spec, messages[half:], 2, create=False)
+    run(spark, pattern, out, chk + "/")
+    _assert_exact(spark, out, messages)
+
+
+def test_replay_with_the_main_config_leaves_the_main_checkpoint_alone(stack, spark, run_id, tmp_path):
+    spec, messages, half = _fleet(f"wreplay{run_id}-sensor-")
+    pattern, bootstrap = f"wreplay{run_id}-sensor-[0-9]+", stack.bootstrap_servers()
+    main_out, main_chk = str(tmp_path / "main"), str(tmp_path / "main-chk")
+    config = tmp_path / "prod.toml"
+    config.write_text(f'bootstrap_servers = "{bootstrap}"\ntopic_pattern = "{pattern}"\n'
+                      f'output = "{main_out}"\ncheckpoint = "{main_chk}"\ncompact_every = "off"\n'
+                      '[kafka]\n"security.protocol" = "PLAINTEXT"\n')
+    produce(spec, messages[:half], 2)
+    first = cli("run", "--config", str(config))
+    assert first.returncode == 0, first.stderr[-2000:]
+
+    produce(spec, messages[half:], 2, create=False)
+    # A replay's own --checkpoint must hold no committed batch: the main one is refused.
+    line = _refusal(cli("replay", "--config", str(config), "--checkpoint", main_chk,
+                        "--output", str(tmp_path / "refused"), "--from-timestamp", "2000-01-01T00:00:00Z"))
+    assert main_chk in line
+    replay_out = str(tmp_path / "replay")
+    replayed = cli("replay", "--config", str(config), "--output", replay_out,
+                   "--from-timestamp", "2000-01-01T00:00:00Z")
+    assert replayed.returncode == 0, replayed.stderr[-2000:]
+    assert f"{main_chk} is left alone" in replayed.stderr
+    _assert_exact(spark, replay_out, messages)
+
+    again = cli("run", "--config", str(config))
+    assert again.returncode == 0, again.stderr[-2000:]
+    _assert_exact(spark, main_out, messages)

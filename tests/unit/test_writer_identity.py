@@ -1,0 +1,89 @@
+"""Who may write an output (a writer is its checkpoint), and the Kafka settings the offset lookups
+of `replay` use: pure decisions, no broker, no Spark."""
+
+import pytest
+
+from reconstructor.core.writer import CheckpointState, TableState, last_batch, query_id_of, refusal
+from reconstructor.errors import UsageError
+from reconstructor.kafka_admin import librdkafka_settings
+
+NEW = CheckpointState("/chk", None, None)
+STARTED = CheckpointState("/chk", "q1", None)  # started once, crashed before its first commit
+RUNNING = CheckpointState("/chk", "q1", 7)
+
+
+def tables(has_data: bool, writer: str | None):
+    return [TableState(n, has_data, writer) for n in ("row_changes", "current_rows", "sessions")]
+
+
+@pytest.mark.parametrize("checkpoint, state, allowed", [
+    (NEW, [], True),  # no tables yet
+    (NEW, tables(False, None), True),
+    (NEW, tables(False, "q0"), True),  # claimed but never written: nothing to skip or repeat
+    (NEW, tables(True, "q0"), False),  # a lost checkpoint, or a second one
+    (NEW, tables(True, None), False),  # data an older version wrote
+    (STARTED, tables(True, "q1"), True),  # its own first batch, re-run after a crash
+    (STARTED, tables(True, None), False),
+    (RUNNING, tables(True, "q1"), True),  # a restart
+    (RUNNING, tables(True, None), True),  # an older version's checkpoint adopts its tables
+    (RUNNING, tables(True, "q0"), False),  # an existing checkpoint over another writer's tables
+    (RUNNING, tables(True, "q1")[:2] + tables(True, "q0")[2:], False),
+])
+def test_run_writes_only_tables_without_data_or_its_own(checkpoint, state, allowed):
+    reason = refusal(checkpoint, state, "/out", replay=False)
+    assert (reason is None) == allowed
+    if not allowed:
+        assert "/out" in reason and "reconstructor replay" in reason and "--output" in reason
+
+
+def test_replay_writes_any_writers_tables_on_a_checkpoint_with_no_committed_batch():
+    assert refusal(NEW, tables(True, "q0"), "/out", replay=True) is None
+    assert refusal(STARTED, tables(True, None), "/out", replay=True) is None
+    reason = refusal(RUNNING, tables(True, "q1"), "/out", replay=True)
+    assert "/chk" in reason and "batches up to 7" in reason and "--checkpoint" in reason
+
+
+def test_checkpoint_files_are_read_as_spark_writes_them():
+    assert query_id_of('{"id":"6f1c-42"}\n') == "6f1c-42"
+    assert last_batch(["0", "1", "12", ".12.crc", "_tmp"]) == 12
+    assert last_batch([]) is None
+
+
+def test_librdkafka_gets_the_connection_settings_and_translates_java_ones():
+    got = librdkafka_settings({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            'username="svc" password="p;w";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/etc/ca.pem",
+        "ssl.endpoint.identification.algorithm": "",
+        "kafka.client.id": "recon", "max.poll.records": "500",  # the stream's tuning: not needed
+    })
+    assert got == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                   "sasl.username": "svc", "sasl.password": "p;w", "ssl.ca.location": "/etc/ca.pem",
+                   "ssl.endpoint.identification.algorithm": "none", "client.id": "recon"}
+    assert librdkafka_settings({}) == {}
+    # librdkafka's own names pass as they are.
+    assert librdkafka_settings({"sasl.username": "u", "sasl.password": "p", "sasl.mechanisms": "PLAIN"}) == \
+        {"sasl.username": "u", "sasl.password": "p", "sasl.mechanisms": "PLAIN"}
+
+
+@pytest.mark.parametrize("settings, key", [
+    ({"ssl.truststore.location": "/etc/truststore.jks"}, "ssl.truststore.location"),
+    ({"sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;"},
+     "sasl.jaas.config"),
+    ({"ssl.keystore.location": "/etc/client.jks", "ssl.keystore.password": "s3cret"},
+     "ssl.keystore.location"),
+    ({"sasl.login.callback.handler.class": "com.example.Handler"}, "sasl.login.callback.handler.class"),
+])
+def test_a_java_only_setting_is_named_in_a_usage_error(settings, key):
+    with pytest.raises(UsageError) as err:
+        librdkafka_settings(settings)
+    assert f"[kafka] {key}" in str(err.value) and "s3cret" not in str(err.value)
+
+
+def test_a_setting_librdkafka_rejects_is_a_usage_error_naming_it():
+    from reconstructor.kafka_admin import admin_client, client_or_usage_error
+
+    with pytest.raises(UsageError) as err:
+        client_or_usage_error(admin_client, "127.0.0.1:1", **{"no.such.setting": "x"})
+    assert "no.such.setting" in str(err.value)
