@@ -18,8 +18,8 @@ lookup.  So a message first takes a fast path, and only the ones it cannot vouch
   (``message_shape_pattern``);
 - the message is read once more by ``from_json`` into typed columns (Jackson, compiled), and the
   checks the shape cannot carry (present fields, seq not negative, known type, parseable
-  timestamps, non-empty ids, op upsert or delete and never JSON null, no values on a delete, no rows
-  on an end) run on those.
+  timestamps inside the range pandas carries, non-empty session and ids, op upsert or delete and
+  never JSON null, no values on a delete, no rows on an end) run on those.
 
 A vouched message takes its values from ``from_json``, which reads every value of an accepted JSON
 type exactly as the checked path does.  Any other message takes the exhaustive path unchanged, so
@@ -45,6 +45,11 @@ SCALAR_ENVELOPE_FIELDS = ("session", "seq", "type", "ts")
 SCALAR_ROW_FIELDS = ("id", "op")
 _INTEGER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT')"
 _NUMBER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT', 'FLOAT', 'DOUBLE')"
+# The times the pipeline carries: pandas holds a time as int64 nanoseconds since 1970 (about
+# 1677-09-21..2262-04-11), and a Spark TIMESTAMP outside that range kills the Python worker that
+# converts it.  Whole days inside it, in epoch microseconds (symmetric around 1970).
+TS_RANGE_US = 9223286400000000
+TS_RANGE_TEXT = "1677-09-22T00:00:00Z..2262-04-11T00:00:00Z"
 
 
 def _sql_list(names) -> str:
@@ -95,6 +100,17 @@ def _fast_or_checked(fast: str, checked: str | Column, name: str | None = None) 
 def _typed_value(col) -> str:
     value = f"t.`values`.`{col.name}`"
     return f"try_cast({value} AS TIMESTAMP)" if col.type == "timestamp" else value
+
+
+def _in_range(ts: str) -> str:
+    """SQL: the TIMESTAMP ``ts`` is inside the range the pipeline carries."""
+    return f"unix_micros({ts}) BETWEEN -{TS_RANGE_US} AND {TS_RANGE_US}"
+
+
+def _out_of_range(what: str, ts: str, text: str) -> tuple[str, str]:
+    """A check: the parsed TIMESTAMP ``ts`` is outside the range; the reason quotes ``text``."""
+    return (f"{ts} IS NOT NULL AND NOT {_in_range(ts)}",
+            f"concat('{what} ', substr({text}, 1, 60), ' is outside the supported range {TS_RANGE_TEXT}')")
 
 
 def _first_error(checks: list[tuple[str, str]]) -> Column:
@@ -187,8 +203,8 @@ def _vouched(schema: RowSchema) -> Column:
     envelope passes.  (Row checks the shape cannot carry run per row: ``_vouched_row_error``.)"""
     shape_ok = F.expr("schema_of_variant(parsed)").rlike(message_shape_pattern(schema))
     typed_ok = F.expr(
-        "m.session IS NOT NULL AND m.seq >= 0 AND m.type IN ('snapshot', 'update', 'end') "
-        "AND try_cast(m.ts AS TIMESTAMP) IS NOT NULL AND NOT (m.type = 'end' AND size(m.rows) > 0)")
+        "m.session <> '' AND m.seq >= 0 AND m.type IN ('snapshot', 'update', 'end') "
+        f"AND {_in_range('try_cast(m.ts AS TIMESTAMP)')} AND NOT (m.type = 'end' AND size(m.rows) > 0)")
     return F.coalesce(shape_ok & typed_ok, F.lit(False))
 
 
@@ -211,6 +227,7 @@ def _vouched_row_error(schema: RowSchema) -> Column:
                 f"{v} IS NOT NULL AND `{c.name}` IS NULL",
                 f"concat('].values.{c.name} expects timestamp, got STRING ', "
                 f"substr(to_json(CAST({v} AS VARIANT)), 1, 60))"))
+            checks.append(_out_of_range(f"].values.{c.name}", f"`{c.name}`", v))
     return _first_row_error(checks)
 
 
@@ -219,12 +236,18 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
 
     ``fast_path=False`` runs every check on every record: the reference the tests compare with.
     """
+    # A key or value that is not UTF-8 is an error of the record, whatever its JSON says: its
+    # bytes never reach pandas (where decoding them kills the worker).  The key is kept with each
+    # bad byte replaced, to group by; the value is dropped.
     env = kafka.select(
         "topic", "partition", "offset",
         F.col("timestamp").alias("kafka_ts"),
-        F.col("key").cast("string").alias("key"),
-        F.col("value").cast("string").alias("json"),
+        F.expr("make_valid_utf8(CAST(key AS STRING))").alias("key"),
+        F.expr("CAST(value AS STRING)").alias("text"),
+        F.expr("NOT is_valid_utf8(CAST(key AS STRING))").alias("bad_key"),
     )
+    env = env.select("*", F.expr("NOT is_valid_utf8(text)").alias("bad_value"))
+    env = env.select("*", F.expr("CASE WHEN bad_value THEN NULL ELSE text END").alias("json"))
     env = env.select("*", F.expr("try_parse_json(json)").alias("parsed"),
                      F.from_json("json", _typed_ddl(schema)).alias("m") if fast_path
                      else F.lit(None).cast(_typed_ddl(schema)).alias("m"))
@@ -248,12 +271,14 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         ("fields IS NULL", "concat('value is a JSON ', schema_of_variant(v), ', not an object')"),
         ("unknown_field IS NOT NULL", "concat('unknown field ', unknown_field)"),
         ("t_session IS DISTINCT FROM 'STRING'", "'session must be a string'"),
+        ("session = ''", "'session must be a non-empty string'"),
         (f"coalesce(t_seq NOT IN {_INTEGER}, true)", "'seq must be an integer'"),
         ("seq < 0", "'seq must not be negative'"),
         ("t_type IS DISTINCT FROM 'STRING' OR coalesce(type NOT IN ('snapshot', 'update', 'end'), true)",
          "concat('type must be snapshot, update or end, got ', "
          "coalesce(to_json(variant_get(v, '$.type')), 'nothing'))"),
         ("t_ts IS DISTINCT FROM 'STRING' OR event_ts IS NULL", "'ts must be an RFC 3339 timestamp string'"),
+        _out_of_range("ts", "event_ts", "try_variant_get(v, '$.ts', 'string')"),
         ("has_rows AND rows IS NULL", "'rows must be an array'"),
         ("type = 'end' AND size(rows) > 0", "'an end message carries no rows'"),
     ]))
@@ -265,7 +290,7 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         F.expr(f"CASE WHEN msg_ok THEN m.rows ELSE slice(coalesce(m.rows, CAST(array() AS "
                f"{_typed_rows_ddl(schema)})), 1, size(rows)) END").alias("tr"),
     )
-    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "msg_ok",
+    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "bad_key", "bad_value", "msg_ok",
                      _fast_or_checked("m.session", "session"), _fast_or_checked("m.seq", "seq"),
                      _fast_or_checked("m.type", "type"),
                      _fast_or_checked("try_cast(m.ts AS TIMESTAMP)", "event_ts"),
@@ -312,15 +337,25 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
             f"concat('].values.{col.name} expects {col.type}, got ', {t}, ' ', "
             f"substr(to_json(variant_get(r, '$.values.{col.name}')), 1, 60))",
         ))
+        if col.type == "timestamp":
+            checks.append(_out_of_range(f"].values.{col.name}", f"`{col.name}`",
+                                        f"try_variant_get(r, '$.values.{col.name}', 'string')"))
     checked = F.coalesce(F.col("env_error"), F.when(F.col("r").isNotNull(), _interpreted(_first_row_error(checks))))
     vouched = F.when(F.col("row_pos").isNotNull(), _vouched_row_error(schema))
     error = F.when(F.col("msg_ok"), vouched).otherwise(checked)
+    record_error = F.when(F.col("bad_key"), F.lit("Kafka key is not valid UTF-8")).when(
+        F.col("bad_value"), F.lit("Kafka value is not valid UTF-8"))
+    # A time outside the range is nulled beside its error, so that no conversion ever sees it.
     return rows.select(
         "topic",
-        F.coalesce("session", "key", F.lit("")).alias("group_session"),
-        "partition", "offset", "kafka_ts", "key", "session", "seq", "type", "event_ts",
+        # Null when the record names no session (no session and no key): the violation then says
+        # session=none rather than an empty name.
+        F.expr("coalesce(nullif(session, ''), nullif(key, ''))").alias("group_session"),
+        "partition", "offset", "kafka_ts", "key", "session", "seq", "type",
+        F.expr(f"CASE WHEN {_in_range('event_ts')} THEN event_ts END").alias("event_ts"),
         "row_pos", "row_id",
         F.coalesce("op_raw", F.lit("upsert")).alias("op"),
-        error.alias("error"),
-        *schema.names,
+        F.coalesce(record_error, error).alias("error"),
+        *[F.expr(f"CASE WHEN {_in_range(f'`{c.name}`')} THEN `{c.name}` END").alias(c.name)
+          if c.type == "timestamp" else c.name for c in schema.columns],
     )

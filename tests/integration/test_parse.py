@@ -19,16 +19,24 @@ from reconstructor.spark.parse import parse_records
 
 pytestmark = pytest.mark.integration
 TS = "2026-11-21T10:00:00Z"
+RANGE = "is outside the supported range 1677-09-22T00:00:00Z..2262-04-11T00:00:00Z"
 
 
 _NO_ROWS = object()
 
 
-def _records(spark, values: list[str]):
-    """A DataFrame with the Kafka source's columns: one record per value, offsets 0, 1, ..."""
+class Raw(tuple):
+    """A record's (key, value) as raw bytes, for what a string cannot hold (bytes that are not UTF-8)."""
+
+
+def _records(spark, values: list):
+    """A DataFrame with the Kafka source's columns: one record per value, offsets 0, 1, ...
+
+    A value is a string (keyed s1) or a ``Raw`` (key, value)."""
     kafka_ts = dt.datetime(2026, 11, 21, 10, 0, 0)
     return spark.createDataFrame(
-        [("parse-t", 0, i, kafka_ts, b"s1", v.encode()) for i, v in enumerate(values)],
+        [("parse-t", 0, i, kafka_ts, *(v if isinstance(v, Raw) else (b"s1", v.encode())))
+         for i, v in enumerate(values)],
         "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY")
 
 
@@ -90,6 +98,29 @@ CASES = [
     ("column named like a field", _msg([{"id": "a", "values": {"id": "x"}}]),
      "rows[0].values has unknown column id"),
     ("valid empty values", _msg([{"id": "a", "values": {}}]), None),
+    # Valid-looking but beyond what the pipeline can carry: never a value pandas cannot convert.
+    ("ts before the supported range", _msg([], ts="0001-01-01T00:00:00Z"),
+     f"ts 0001-01-01T00:00:00Z {RANGE}"),
+    ("ts after the supported range", _msg([], ts="9999-12-31T23:59:59Z"), f"ts 9999-12-31T23:59:59Z {RANGE}"),
+    ("ts just before the supported range", _msg([], ts="1677-09-21T23:59:59.999999Z"),
+     f"ts 1677-09-21T23:59:59.999999Z {RANGE}"),
+    ("ts at the end of the supported range", _msg([], ts="2262-04-11T00:00:00Z"), None),
+    ("ts at the start of the supported range", _msg([], ts="1677-09-22T00:00:00Z"), None),
+    ("row timestamp after the supported range",
+     _msg([{"id": "a", "values": {"calibrated_at": "9999-12-31T23:59:59Z"}}]),
+     f"rows[0].values.calibrated_at 9999-12-31T23:59:59Z {RANGE}"),
+    ("row timestamp before the supported range in a checked message",
+     _msg([{"id": "a", "values": {"calibrated_at": "0001-01-01T00:00:00+01:00"}},
+           {"id": "b", "op": None}]),
+     f"rows[0].values.calibrated_at 0001-01-01T00:00:00+01:00 {RANGE}"),
+    ("empty session", _msg([], session=""), "session must be a non-empty string"),
+    ("empty session and key", Raw((b"", _msg([], session="").encode())), "session must be a non-empty string"),
+    ("key not UTF-8", Raw((b"\xff\xfe", _msg([]).encode())), "Kafka key is not valid UTF-8"),
+    ("value not UTF-8 inside a string",
+     Raw((b"s1", _msg([{"id": "a", "values": {"status": "X"}}]).encode().replace(b'"X"', b'"\xff"'))),
+     "Kafka value is not valid UTF-8"),
+    ("value not UTF-8 and not JSON", Raw((b"s1", b"\xc3\x28")), "Kafka value is not valid UTF-8"),
+    ("no key and no JSON", Raw((None, b"{not json")), "value is not valid JSON"),
     ("valid null values in every column", _msg([{"id": "a", "values": {
         "temperature": None, "pressure": None, "humidity": None, "status": None, "reading_count": None,
         "calibrated_at": None}}]), None),
@@ -108,6 +139,24 @@ def test_each_malformed_shape_has_its_reason_and_valid_ones_none(spark):
             assert not found, (name, found)
         else:
             assert any(e.startswith(reason) for e in found), (name, reason, found)
+
+
+def test_extreme_input_reaches_pandas_as_values_it_can_hold(spark):
+    """Both paths agree on every extreme case, and what they hand on converts to pandas: times in
+    the range pandas carries or null, keys and strings valid UTF-8, a session group never empty."""
+    df = _records(spark, [value for _, value, _ in CASES])
+    schema = RowSchema.load()
+    fast, checked = (parse_records(df, schema, fast_path=f).orderBy("offset", "row_pos") for f in (True, False))
+    assert fast.collect() == checked.collect()
+    frame = fast.toPandas()  # Arrow, as the stateful step converts: an out-of-range time raises here
+    assert (frame["group_session"] != "").all()
+    by_offset = {name: i for i, (name, _, _) in enumerate(CASES)}
+    bad_key = frame[frame["offset"] == by_offset["key not UTF-8"]]
+    assert list(bad_key["key"]) == ["\ufffd\ufffd"]
+    no_session = frame[frame["offset"].isin([by_offset["no key and no JSON"], by_offset["empty session and key"]])]
+    assert no_session["group_session"].isna().all()
+    for name in ("ts before the supported range", "ts after the supported range"):
+        assert frame[frame["offset"] == by_offset[name]]["event_ts"].isna().all()
 
 
 def test_valid_values_come_out_typed_and_exact(spark):
@@ -158,7 +207,8 @@ _VALUE = {
     "long": st.integers(-2**63, 2**63 - 1),
     "string": st.text(max_size=12),
     "boolean": st.booleans(),
-    "timestamp": st.sampled_from(["2026-11-21T10:00:00Z", "2025-01-01T00:00:00.123456+05:30"]),
+    "timestamp": st.sampled_from(["2026-11-21T10:00:00Z", "2025-01-01T00:00:00.123456+05:30",
+                                  "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"]),
 }
 
 
@@ -189,10 +239,11 @@ def _message(draw):
             fields["colour"] = 1
         return obj(fields)
 
-    env = obj({"session": draw(_maybe(st.just("s1"), st.sampled_from([5, None]))),
+    env = obj({"session": draw(_maybe(st.just("s1"), st.sampled_from([5, None, ""]))),
                "seq": draw(_maybe(st.integers(0, 2**40), st.sampled_from([-1, 1.5, "7", None]))),
                "type": draw(_maybe(st.sampled_from(["snapshot", "update", "end"]), st.sampled_from(["upsert", 3]))),
-               "ts": draw(_maybe(st.just("2026-11-21T10:00:00Z"), st.sampled_from(["yesterday", 5]))),
+               "ts": draw(_maybe(st.just("2026-11-21T10:00:00Z"),
+                                 st.sampled_from(["yesterday", 5, "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"]))),
                "rows": draw(_maybe(st.lists(st.builds(row), max_size=4), st.sampled_from([None, {"id": "a"}, 5])))})
     if draw(st.integers(0, 15)) == 0:
         env["extra"] = 1
