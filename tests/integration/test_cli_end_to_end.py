@@ -59,7 +59,8 @@ def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stac
 
 
 def test_run_names_the_output_it_cannot_create_its_tables_in(stack, run_id, tmp_path):
-    """Tables are created while the query starts; a failure still ends the run with one line."""
+    """An output that cannot be read (its tables' writer is checked before the query starts) ends
+    the run with one line naming it and the cause."""
     prefix = f"nobucket{run_id}-sensor-"
     produced = cli("produce", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-prefix", prefix,
                    "--sensors", "1", "--sessions", "1", "--rows", "3", "--updates", "2")
@@ -69,5 +70,5 @@ def test_run_names_the_output_it_cannot_create_its_tables_in(stack, run_id, tmp_
               "--compact-every", "off")
     assert ran.returncode == 1, ran.stderr[-2000:]
     (line,) = [x for x in ran.stderr.splitlines() if x.startswith("reconstructor:")]
-    assert line.startswith("reconstructor: cannot create the output tables under s3a://no-such-bucket/out: ")
+    assert line.startswith("reconstructor: cannot read the output tables under s3a://no-such-bucket/out: ")
     assert "Exception" in line  # the cause (no credentials or no bucket), not py4j's "An error occurred"
