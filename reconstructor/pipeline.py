@@ -40,7 +40,7 @@ class PipelineSettings:
     vacuum_retention: str = "168 hours"
     vacuum_in_stream: bool = True
     # Replays: insert a row change only if the output lacks it; write any writer's tables, on a
-    # checkpoint of their own (no committed batch), and never record themselves as the writer.
+    # checkpoint of their own (no committed batch), and are recorded as replays, not as the writer.
     dedupe_changes: bool = False
 
 

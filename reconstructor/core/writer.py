@@ -13,6 +13,11 @@ from dataclasses import dataclass
 
 #: Table property naming the query id of the checkpoint that writes the tables (``run`` sets it).
 WRITER_PROPERTY = "reconstructor.writer"
+#: Table property listing, comma-separated, the query ids of the replays that wrote into the
+#: tables (each ``replay`` adds its own): a run on a replay's checkpoint may take over as writer.
+REPLAYS_PROPERTY = "reconstructor.replays"
+#: How many replays the tables remember.
+REPLAYS_KEPT = 20
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,18 @@ class TableState:
     name: str
     has_data: bool
     writer: str | None  # WRITER_PROPERTY; None on a new table or one an older version wrote
+    replays: tuple[str, ...] = ()  # REPLAYS_PROPERTY
+
+
+def replays_of(text: str | None) -> tuple[str, ...]:
+    """The query ids in a REPLAYS_PROPERTY value."""
+    return tuple(q for q in (text or "").split(",") if q)
+
+
+def with_replay(replays: tuple[str, ...], query_id: str) -> str:
+    """The REPLAYS_PROPERTY value once ``query_id`` has replayed into the tables (the latest kept)."""
+    kept = [q for q in replays if q != query_id] + [query_id]
+    return ",".join(kept[-REPLAYS_KEPT:])
 
 
 def query_id_of(metadata_text: str) -> str:
@@ -51,6 +68,9 @@ def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> s
     - A run goes on when no table holds data, or when the tables' recorded writer is this
       checkpoint's query.  Tables an older version wrote (no writer recorded) are adopted by a
       checkpoint that has committed batches (it is the one that wrote them) and refused to a new one.
+    - A run on the checkpoint of a replay that wrote into the tables takes over as their writer:
+      that is how the stream carries on after a replay past a violation.  The writer it replaces
+      is refused from then on.
     - Anything else is another writer's data: refused, never skipped, never appended twice.
     """
     if replay:
@@ -61,7 +81,8 @@ def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> s
                 "for a fresh one")
     held = [t for t in tables if t.has_data]
     mine = checkpoint.query_id
-    if all(t.writer == mine or (t.writer is None and checkpoint.last_committed is not None)
+    if all(t.writer == mine or mine in t.replays
+           or (t.writer is None and checkpoint.last_committed is not None)
            for t in held) and (mine is not None or not held):
         return None
     others = sorted({t.writer for t in held if t.writer not in (None, mine)})

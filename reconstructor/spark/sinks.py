@@ -28,7 +28,8 @@ from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
 from reconstructor.core.violations import IntegrityViolation
-from reconstructor.core.writer import WRITER_PROPERTY, TableState, refusal
+from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, refusal, replays_of,
+                                       with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError, error_line
 from reconstructor.schema import RowSchema
 from reconstructor.spark.stateful import (CHANGE_RECORD, CURRENT_RECORD, SESSION_INFO_DDL, SESSION_RECORD,
@@ -81,7 +82,7 @@ class DeltaSinks:
     schema: RowSchema
     #: Replays re-read changes the output may already hold: insert a change only when its
     #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.  A replay
-    #: may write any writer's tables and never records itself as their writer.
+    #: may write any writer's tables; it records itself among their replays, not as their writer.
     dedupe_changes: bool = False
     #: The violation a batch stopped on, for the driver to report as it is (a query's failure
     #: reaches the caller only as text).
@@ -90,7 +91,7 @@ class DeltaSinks:
     _tables: Future | None = field(default=None, init=False, repr=False)
     _query_id: str | None = field(default=None, init=False, repr=False)
     _query_started: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
-    _recorded: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    _recorded: dict[str, TableState] = field(default_factory=dict, init=False, repr=False)
     _claimed: bool = field(default=False, init=False, repr=False)
 
     def check_writer(self, checkpoint) -> None:
@@ -99,7 +100,7 @@ class DeltaSinks:
         ``checkpoint`` is the query's ``CheckpointState``; what the tables record is kept, so the
         first batch only records this writer where it is not recorded yet."""
         states = self._table_states()
-        self._recorded = {t.name: t.writer for t in states}
+        self._recorded = {t.name: t for t in states}
         reason = refusal(checkpoint, states, self.output, replay=self.dedupe_changes)
         if reason is not None:
             raise UsageError(reason)
@@ -111,7 +112,9 @@ class DeltaSinks:
             if not DeltaTable.isDeltaTable(self.spark, path):
                 return None
             detail = DeltaTable.forPath(self.spark, path).detail().collect()[0]
-            return TableState(name, (detail.numFiles or 0) > 0, (detail.properties or {}).get(WRITER_PROPERTY))
+            props = detail.properties or {}
+            return TableState(name, (detail.numFiles or 0) > 0, props.get(WRITER_PROPERTY),
+                              replays_of(props.get(REPLAYS_PROPERTY)))
 
         try:
             found = _side_by_side(self.spark, *[functools.partial(read, name) for name in TABLES])
@@ -229,17 +232,24 @@ class DeltaSinks:
             batch.unpersist()
 
     def _record_writer(self) -> None:
-        """Before a run's first write: record its query as the tables' writer (a replay never does)."""
-        if self.dedupe_changes or self._claimed:
+        """Before the first write: a run records its query as the tables' writer, a replay adds its
+        query to the tables' replays (so a run may carry on from its checkpoint)."""
+        if self._claimed:
             return
         query_id = self.query_id
+        recorded = {name: self._recorded.get(name) or TableState(name, False, None) for name in TABLES}
+        if self.dedupe_changes:
+            changes = {name: (REPLAYS_PROPERTY, with_replay(t.replays, query_id))
+                       for name, t in recorded.items() if query_id not in t.replays}
+        else:
+            changes = {name: (WRITER_PROPERTY, query_id)
+                       for name, t in recorded.items() if t.writer != query_id}
 
         def record(name):
-            self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` "
-                           f"SET TBLPROPERTIES ('{WRITER_PROPERTY}' = '{query_id}')")
+            key, value = changes[name]
+            self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` SET TBLPROPERTIES ('{key}' = '{value}')")
 
-        _side_by_side(self.spark, *[functools.partial(record, name) for name in TABLES
-                                    if self._recorded.get(name) != query_id])
+        _side_by_side(self.spark, *[functools.partial(record, name) for name in changes])
         self._claimed = True
 
     def _write_current_rows(self, current: DataFrame, sessions: DataFrame, batch_id: int,

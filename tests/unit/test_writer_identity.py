@@ -36,6 +36,17 @@ def test_run_writes_only_tables_without_data_or_its_own(checkpoint, state, allow
         assert "/out" in reason and "reconstructor replay" in reason and "--output" in reason
 
 
+def test_a_run_carries_on_from_a_replays_checkpoint_and_the_replaced_writer_is_refused():
+    """After a violation, the recovery is a replay into the tables on a checkpoint of its own, then
+    runs on that checkpoint: the tables list the replay, so its query may take over as writer."""
+    replayed = [TableState(n, True, "q0", ("q9", "q1")) for n in ("row_changes", "current_rows", "sessions")]
+    assert refusal(RUNNING, replayed, "/out", replay=False) is None
+    taken_over = [TableState(n, True, "q1", ("q1",)) for n in ("row_changes", "current_rows", "sessions")]
+    assert refusal(CheckpointState("/chk-main", "q0", 40), taken_over, "/out", replay=False) is not None
+    # A replay that never ran on that checkpoint does not make it a writer.
+    assert refusal(RUNNING, [TableState("sessions", True, "q0", ("q9",))], "/out", replay=False) is not None
+
+
 def test_replay_writes_any_writers_tables_on_a_checkpoint_with_no_committed_batch():
     assert refusal(NEW, tables(True, "q0"), "/out", replay=True) is None
     assert refusal(STARTED, tables(True, None), "/out", replay=True) is None
