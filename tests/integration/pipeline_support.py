@@ -6,7 +6,7 @@ import datetime as dt
 from collections import defaultdict
 
 from reconstructor import localstack
-from reconstructor.fleet import FleetSpec, hash_partition, publish
+from reconstructor.fleet import FleetSpec, expected_tables, hash_partition, publish
 from reconstructor.pipeline import PipelineSettings, await_query, start
 from reconstructor.producer import SensorProducer
 from tests.support.kafka import create_topics
@@ -98,3 +98,35 @@ def caught_up(progress: dict | None) -> bool:
     return bool(sources) and all(
         s.get("endOffset") is not None and s.get("endOffset") == s.get("latestOffset")
         for s in sources)
+
+
+def expected_open(messages, names) -> dict:
+    """Every open session's table, as current_rows holds it."""
+    return {k: {rid: normalise(v, names) for rid, v in t.items()} for k, t in expected_tables(messages).items()}
+
+
+def change_count(messages) -> int:
+    """Row changes the contract logs: every row of every message, plus rows a snapshot dropped."""
+    count, tables = 0, {}
+    for p in messages:
+        m, key = p.message, (p.topic, p.session)
+        rows = m.get("rows", [])
+        count += len(rows)
+        if m["type"] == "snapshot":
+            new = {r["id"] for r in rows}
+            count += len(tables.get(key, set()) - new)
+            tables[key] = new
+        elif m["type"] == "update":
+            for r in rows:
+                (tables[key].discard if r.get("op") == "delete" else tables[key].add)(r["id"])
+    return count
+
+
+def assert_exact(spark, out: str, messages, names) -> None:
+    """The tables equal the dict replay, and row_changes holds each applied change exactly once."""
+    assert current_tables(spark, out, names) == expected_open(messages, names)
+    assert replayed_tables(spark, out, names) == expected_all(messages, names)
+    changes = read_table(spark, out, "row_changes")
+    assert changes.count() == change_count(messages)
+    assert changes.select("topic", "partition", "offset", "row_pos", "row_id").distinct().count() == \
+        changes.count()

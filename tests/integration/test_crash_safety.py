@@ -13,9 +13,8 @@ import pytest
 
 from reconstructor.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import (current_tables, expected_all, produce, read_table,
-                                                replayed_tables, run)
-from tests.integration.test_reconstruct_pipeline import _change_count, _expected_open
+from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
+                                                produce, read_table, replayed_tables, run)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NAMES = RowSchema.load().names
@@ -60,11 +59,11 @@ def test_kill_9_at_random_points_loses_and_repeats_nothing(stack, spark, run_id,
         assert proc.returncode == -signal.SIGKILL, log_path.read_text()[-3000:]
 
     run(spark, pattern, out, chk)  # finish in-process, from the same checkpoint
-    assert current_tables(spark, out, NAMES) == _expected_open(messages), kills
+    assert current_tables(spark, out, NAMES) == expected_open(messages, NAMES), kills
     assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES), kills
     # No change lost and none repeated: the log holds exactly one row per applied change.
     changes = read_table(spark, out, "row_changes")
-    assert changes.count() == _change_count(messages), kills
+    assert changes.count() == change_count(messages), kills
     assert changes.select("topic", "partition", "offset", "row_pos", "row_id").distinct().count() == \
         changes.count()
     sessions = {(r.topic, r.session): r for r in read_table(spark, out, "sessions").collect()}

@@ -7,8 +7,8 @@ import pytest
 from reconstructor.errors import IntegrityViolationError
 from reconstructor.fleet import FleetSpec, expected_tables, inject, plan_fleet
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import (current_tables, expected_all, offsets_of, produce,
-                                                read_table, replayed_tables, run)
+from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
+                                                offsets_of, produce, read_table, replayed_tables, run)
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
@@ -38,8 +38,7 @@ def test_thousands_of_messages_per_session_in_one_batch_rebuild_every_table_exac
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
     run(spark, f"it{run_id}-sensor-[0-9]+", out, chk)
 
-    assert current_tables(spark, out, NAMES) == {
-        k: {rid: _norm(v) for rid, v in t.items()} for k, t in expected_tables(messages).items()}
+    assert current_tables(spark, out, NAMES) == expected_open(messages, NAMES)
     assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
     sessions = {(r.topic, r.session): r for r in read_table(spark, out, "sessions").collect()}
     assert len(sessions) == 6
@@ -47,7 +46,7 @@ def test_thousands_of_messages_per_session_in_one_batch_rebuild_every_table_exac
         assert row.status == ("ended" if session in closing else "open")
         assert row.first_seq == 0 and row.last_seq == (1501 if session in closing else 1500)
         assert row.snapshot_seq == 1401  # the last resync: update slot 1400, after the first snapshot
-    assert read_table(spark, out, "row_changes").count() == _change_count(messages)
+    assert read_table(spark, out, "row_changes").count() == change_count(messages)
 
 
 def test_an_injected_gap_fails_the_query_naming_the_record_and_writes_nothing(spark, run_id, tmp_path):
@@ -82,40 +81,15 @@ def test_a_restart_from_the_checkpoint_continues_the_sequence(spark, stack, run_
 
     produce(spec, messages[:half], PARTITIONS)
     run(spark, pattern, out, chk)
-    assert current_tables(spark, out, NAMES) == _expected_open(messages[:half])
+    assert current_tables(spark, out, NAMES) == expected_open(messages[:half], NAMES)
 
     produce(spec, messages[half:], PARTITIONS, create=False)
     run(spark, pattern, out, chk)  # same checkpoint: the state carries last seq and table
-    assert current_tables(spark, out, NAMES) == _expected_open(messages)
+    assert current_tables(spark, out, NAMES) == expected_open(messages, NAMES)
     assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
-    assert read_table(spark, out, "row_changes").count() == _change_count(messages)
+    assert read_table(spark, out, "row_changes").count() == change_count(messages)
 
 
-def _norm(values: dict) -> dict:
-    from tests.integration.pipeline_support import normalise
-
-    return normalise(values, NAMES)
-
-
-def _expected_open(messages) -> dict:
-    return {k: {rid: _norm(v) for rid, v in t.items()} for k, t in expected_tables(messages).items()}
-
-
-def _change_count(messages) -> int:
-    """Row changes the contract logs: every row of every message, plus rows a snapshot dropped."""
-    count, tables = 0, {}
-    for p in messages:
-        m, key = p.message, (p.topic, p.session)
-        rows = m.get("rows", [])
-        count += len(rows)
-        if m["type"] == "snapshot":
-            new = {r["id"] for r in rows}
-            count += len(tables.get(key, set()) - new)
-            tables[key] = new
-        elif m["type"] == "update":
-            for r in rows:
-                (tables[key].discard if r.get("op") == "delete" else tables[key].add)(r["id"])
-    return count
 
 
 def test_a_silent_session_times_out_and_leaves_current_rows(spark, run_id, tmp_path):

@@ -10,9 +10,8 @@ from reconstructor.cli import main as cli_main
 from reconstructor.fleet import FleetSpec, plan_fleet, publish
 from reconstructor.producer import SensorProducer
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import (current_tables, expected_all, produce, read_table,
-                                                replayed_tables, run)
-from tests.integration.test_reconstruct_pipeline import _change_count, _expected_open
+from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
+                                                produce, read_table, replayed_tables, run)
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
@@ -60,9 +59,9 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
     err = capsys.readouterr().err
     assert "replaying from {" in err and "offsets/s" in err
 
-    assert current_tables(spark, out, NAMES) == _expected_open(messages)
+    assert current_tables(spark, out, NAMES) == expected_open(messages, NAMES)
     assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
-    assert read_table(spark, out, "row_changes").count() == _change_count(messages)  # nothing repeated
+    assert read_table(spark, out, "row_changes").count() == change_count(messages)  # nothing repeated
     sessions = read_table(spark, out, "sessions").collect()
     assert {r.last_seq for r in sessions} == {max(p.message["seq"] for p in messages)}
 
@@ -76,7 +75,7 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
                      "--checkpoint", replay_chk, "--compact-every", "off"])
     assert code == 0, capsys.readouterr().err[-2000:]
     assert replayed_tables(spark, out, NAMES) == expected_all(messages + later, NAMES)
-    assert read_table(spark, out, "row_changes").count() == _change_count(messages) + _change_count(later)
+    assert read_table(spark, out, "row_changes").count() == change_count(messages) + change_count(later)
     code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
                      "--checkpoint", chk, "--compact-every", "off"])
     assert code == 2

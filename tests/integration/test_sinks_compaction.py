@@ -11,7 +11,7 @@ from reconstructor import localstack
 from reconstructor.fleet import FleetSpec, plan_fleet, publish
 from reconstructor.producer import SensorProducer
 from reconstructor.spark.compaction import Compactor
-from tests.integration.pipeline_support import read_table, run
+from tests.integration.pipeline_support import expected_open, read_table, run
 from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration
@@ -82,7 +82,7 @@ def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spar
     from reconstructor.pipeline import PipelineSettings
     from tests.integration.pipeline_support import caught_up
     from tests.integration.pipeline_support import current_tables, expected_all, replayed_tables
-    from tests.integration.test_reconstruct_pipeline import NAMES, _expected_open
+    from tests.integration.test_reconstruct_pipeline import NAMES
 
     now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
     spec = FleetSpec(topic_prefix=f"sc{run_id}-sensor-", sensors=2, sessions_per_sensor=1, rows=10,
@@ -122,7 +122,7 @@ def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spar
     overlapping = [b for b in batches for c in compacted if b[0] < c[1] and c[0] < b[1]]
     assert overlapping, (compacted, batches)
     # Nothing lost or repeated by compacting under the stream.
-    assert current_tables(spark, out, NAMES) == _expected_open(messages)
+    assert current_tables(spark, out, NAMES) == expected_open(messages, NAMES)
     assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
 
 

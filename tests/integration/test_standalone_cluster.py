@@ -30,13 +30,13 @@ from reconstructor.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
 from reconstructor.standalone import Cluster, standalone_cluster
 from tests.integration.pipeline_support import (
+    assert_exact,
     current_tables,
+    expected_open,
     expected_all,
     produce,
-    read_table,
     replayed_tables,
 )
-from tests.integration.test_reconstruct_pipeline import _change_count, _expected_open
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NAMES = RowSchema.load().names
@@ -140,16 +140,6 @@ def _fleet(run_id: str, prefix: str, updates: int):
     return messages, f"{prefix}{run_id}-sensor-[0-9]+"
 
 
-def _assert_exact(spark, out: str, messages) -> None:
-    """The tables equal the dict replay, and row_changes holds each applied change exactly once."""
-    assert current_tables(spark, out, NAMES) == _expected_open(messages)
-    assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
-    changes = read_table(spark, out, "row_changes")
-    assert changes.count() == _change_count(messages)
-    assert changes.select("topic", "partition", "offset", "row_pos", "row_id").distinct().count() == \
-        changes.count()
-
-
 def test_same_pipeline_same_results_on_a_two_executor_cluster(cluster, spark, run_id, tmp_path):
     messages, pattern = _fleet(run_id, "sa", updates=100)
     root = f"s3a://{localstack.S3_BUCKET}/standalone/{run_id}"
@@ -163,7 +153,7 @@ def test_same_pipeline_same_results_on_a_two_executor_cluster(cluster, spark, ru
     batches = _batches(log_path)
     assert sum(batches) == len(messages) and len(batches) >= 2, _tail(log_path)
     out = f"{root}/tables"
-    assert current_tables(spark, out, NAMES) == _expected_open(messages)
+    assert current_tables(spark, out, NAMES) == expected_open(messages, NAMES)
     assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
 
     # Both executors, on both workers, ran tasks of this application.
@@ -216,4 +206,4 @@ def test_an_executor_killed_mid_stream_the_query_recovers_and_tables_are_exact(c
     # The master replaced the dead executor: a third executor of this application was launched.
     launched = cluster.executor_dirs(app)
     assert len(launched) >= 3, f"no replacement executor for {app}: {launched}"
-    _assert_exact(spark, f"{root}/tables", messages)
+    assert_exact(spark, f"{root}/tables", messages, NAMES)

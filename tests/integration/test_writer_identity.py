@@ -11,10 +11,8 @@ from delta.tables import DeltaTable
 
 from reconstructor.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import (current_tables, expected_all, produce, read_table,
-                                                replayed_tables, run)
+from tests.integration.pipeline_support import assert_exact, current_tables, expected_open, produce, run
 from tests.integration.test_cli_end_to_end import cli
-from tests.integration.test_reconstruct_pipeline import _change_count, _expected_open
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
@@ -43,13 +41,6 @@ def _refusal(result) -> str:
     return line
 
 
-def _assert_exact(spark, out, messages):
-    assert current_tables(spark, out, NAMES) == _expected_open(messages)
-    assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
-    changes = read_table(spark, out, "row_changes")
-    assert changes.count() == _change_count(messages)
-    assert changes.select("topic", "partition", "offset", "row_pos", "row_id").distinct().count() == \
-        changes.count()
 
 
 def test_a_checkpoint_recreated_at_the_same_path_is_refused_and_the_tables_stay(
@@ -68,7 +59,7 @@ def test_a_checkpoint_recreated_at_the_same_path_is_refused_and_the_tables_stay(
     line = _refusal(_run(bootstrap, pattern, out, str(chk)))
     assert "replay" in line and "--output" in line and out in line
     assert _versions(spark, out) == before  # not one commit: refused before reading Kafka
-    assert current_tables(spark, out, NAMES) == _expected_open(messages[:half])
+    assert current_tables(spark, out, NAMES) == expected_open(messages[:half], NAMES)
 
 
 def test_a_second_checkpoint_over_written_tables_is_refused_and_the_first_goes_on(
@@ -86,7 +77,7 @@ def test_a_second_checkpoint_over_written_tables_is_refused_and_the_first_goes_o
 
     resumed = _run(bootstrap, pattern, out, chk)  # the tables' own writer continues
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    _assert_exact(spark, out, messages)
+    assert_exact(spark, out, messages, NAMES)
 
 
 def test_the_same_s3a_checkpoint_with_a_trailing_slash_continues_exactly(spark, stack, run_id):
@@ -98,7 +89,7 @@ def test_the_same_s3a_checkpoint_with_a_trailing_slash_continues_exactly(spark, 
     run(spark, pattern, out, chk)
     produce(spec, messages[half:], 2, create=False)
     run(spark, pattern, out, chk + "/")
-    _assert_exact(spark, out, messages)
+    assert_exact(spark, out, messages, NAMES)
 
 
 def test_replay_with_the_main_config_leaves_the_main_checkpoint_alone(stack, spark, run_id, tmp_path):
@@ -123,8 +114,8 @@ def test_replay_with_the_main_config_leaves_the_main_checkpoint_alone(stack, spa
                    "--from-timestamp", "2000-01-01T00:00:00Z")
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     assert f"{main_chk} is left alone" in replayed.stderr
-    _assert_exact(spark, replay_out, messages)
+    assert_exact(spark, replay_out, messages, NAMES)
 
     again = cli("run", "--config", str(config))
     assert again.returncode == 0, again.stderr[-2000:]
-    _assert_exact(spark, main_out, messages)
+    assert_exact(spark, main_out, messages, NAMES)
