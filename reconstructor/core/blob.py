@@ -40,8 +40,8 @@ def arrow_rows(ids, values, target: pa.Schema) -> pa.Table:
     """Session table rows as Arrow in ``target``: ``ids``, then each column's values from
     ``values`` (column name -> Series or array).  NaN, NaT and None become null.
 
-    Column by column: pa.Table.from_pandas costs several times more for a table this small, and
-    this runs for every touched session of every batch.
+    Column by column: pa.Table.from_pandas has a fixed cost per table (the index, pandas metadata)
+    that outweighs the work for a session table's rows.
     """
     arrays = [pa.array(ids, pa.string())]
     arrays += [pa.array(values[field.name], type=field.type, from_pandas=True) for field in list(target)[1:]]
@@ -72,9 +72,8 @@ def read_table(blob: bytes, schema: RowSchema) -> pa.Table:
 def to_frame(arrow: pa.Table) -> pd.DataFrame:
     """An Arrow session table (``row_id`` first) as pandas, indexed by ``row_id``.
 
-    Column by column into the core's canonical dtypes (naive UTC times, Int64, boolean): this
-    runs for every touched session of every batch, and Table.to_pandas plus coerce_columns cost
-    several times more for a table this small.
+    Column by column, straight into the core's canonical dtypes (naive UTC times, Int64, boolean):
+    Table.to_pandas gives other dtypes, which coerce_columns would then convert again.
     """
     columns = {field.name: _to_pandas(column, field.type)
                for field, column in zip(list(arrow.schema)[1:], arrow.columns[1:])}

@@ -44,8 +44,7 @@ def _to_naive_utc(series: pd.Series) -> pd.Series:
 def coerce_columns(frame: pd.DataFrame, schema: RowSchema) -> pd.DataFrame:
     """Cast the schema's columns of ``frame`` to the canonical pandas dtypes, in place of a copy.
 
-    A column already in its canonical dtype is left alone: this runs for every session of every
-    micro-batch, and pandas' no-op casts still copy.
+    A column already in its canonical dtype is left alone: pandas' no-op casts still copy.
     """
     out = {}
     for col in schema.columns:
@@ -83,8 +82,8 @@ def change_rows(frame, order, schema: RowSchema) -> dict:
     """The rows of an input ``frame`` (or its columns by name) at positions ``order``, as change
     columns (``CHANGE`` and the row columns: canonical dtypes, int64 coordinates, naive UTC times).
 
-    Columns, not a frame: a take, the casts and a column pick would each copy a frame, and this
-    runs for every touched session of every micro-batch, whose output is built from columns.
+    Columns, not a frame: a take, the casts and a column pick would each copy a frame, and the
+    output is built from columns.
     """
     data = {}
     for name in CHANGE:

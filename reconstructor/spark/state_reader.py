@@ -31,7 +31,7 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
         return None
     state = state_from_tuple(tuple(rows[0]), schema)
     info = {
-        "topic": topic, "session": session, "partition": state.partition, "status": state.status,
+        "topic": topic, "session": session, "partition": state.partition, "status": state.status.value,
         "first_seq": state.first_seq, "last_seq": state.last_seq, "last_offset": state.last_offset,
         "snapshot_seq": state.snapshot_seq, "snapshot_offset": state.snapshot_offset,
         "row_count": state.row_count,

@@ -1,7 +1,7 @@
 """The stateful step: ``applyInPandasWithState`` over ``(topic, session)`` groups.
 
 Spark hands the state function a group's rows unordered and in several pandas frames; the pure
-core (``reconstructor.core.session.process_batch``) gathers, sorts and checks them.  This module
+core (``reconstructor.core.batch.process_batch``) gathers, sorts and checks them.  This module
 only converts between Spark's ``GroupState`` tuple and the core's ``SessionState`` and shapes the
 output: one flat row per applied change (``record = 'change'``; ``is_latest`` marks each row's last
 change of the batch, what ``current_rows`` MERGEs: the group already knows it, so the sink needs no
@@ -21,10 +21,11 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.frames import INPUT
-from reconstructor.core.session import (ENDED, OPEN, TIMED_OUT, SessionState, columns_of, empty_changes,
-                                         last_change_per_row, process_batch, rows_back)
+from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
 from reconstructor.schema import RowSchema
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
@@ -72,7 +73,7 @@ def _from_us(us) -> pd.Timestamp | None:
 
 def state_to_tuple(state: SessionState, schema: RowSchema) -> tuple:
     return (
-        state.partition, state.status, state.first_seq, state.last_seq, state.last_offset,
+        state.partition, state.status.value, state.first_seq, state.last_seq, state.last_offset,
         state.snapshot_seq, state.snapshot_offset, _us(state.started_ts), _us(state.last_event_ts),
         state.row_count, dump_table(state.stored, schema),
     )
@@ -83,7 +84,7 @@ def state_from_tuple(row, schema: RowSchema, with_table: bool = True) -> Session
     (partition, status, first_seq, last_seq, last_offset, snapshot_seq, snapshot_offset,
      started_us, last_event_us, _row_count, blob) = tuple(row)
     table = read_table(bytes(blob), schema) if with_table and blob is not None else schema.empty_frame()
-    return SessionState(int(partition), status, int(first_seq), int(last_seq), int(last_offset),
+    return SessionState(int(partition), SessionStatus(status), int(first_seq), int(last_seq), int(last_offset),
                         int(snapshot_seq), int(snapshot_offset), _from_us(started_us),
                         _from_us(last_event_us), table)
 
@@ -126,7 +127,8 @@ class SessionReconstructor:
         state.update(state_to_tuple(new, self.schema))
         state.setTimeoutDuration(self.timeout_ms)
         changes, current = result.columns, 0
-        if previous is not None and previous.status == TIMED_OUT and new.status == OPEN:
+        if (previous is not None and previous.status == SessionStatus.TIMED_OUT
+                and new.status == SessionStatus.OPEN):
             n = len(changes["row_id"])
             changes = rows_back(changes, new, previous, self.schema)
             current = len(changes["row_id"]) - n
@@ -140,19 +142,19 @@ class SessionReconstructor:
         row = tuple(state.get)
         previous = state_from_tuple(row, self.schema, with_table=False)
         blob = row[-1]
-        if previous.status == OPEN:
-            state.update(row[:1] + (TIMED_OUT,) + row[2:])
-        elif previous.status == ENDED and blob is not None:
+        if previous.status == SessionStatus.OPEN:
+            state.update(row[:1] + (SessionStatus.TIMED_OUT.value,) + row[2:])
+        elif previous.status == SessionStatus.ENDED and blob is not None:
             state.update(row[:-1] + (None,))
         else:
             state.remove()
             return
         state.setTimeoutDuration(max(1, self.retention_ms - self.timeout_ms))
-        if previous.status == OPEN:
-            yield self._group_frame(topic, session, self._no_changes, previous, TIMED_OUT,
+        if previous.status == SessionStatus.OPEN:
+            yield self._group_frame(topic, session, self._no_changes, previous, SessionStatus.TIMED_OUT,
                                     row_count=int(row[-2]))
 
-    def _group_frame(self, topic, session, changes: dict, s: SessionState, status: str,
+    def _group_frame(self, topic, session, changes: dict, s: SessionState, status: SessionStatus,
                      row_count: int, current: int = 0) -> pd.DataFrame:
         """The group's output as one frame: its change rows (the last ``current`` of them rows for
         current_rows only), then its session row.
@@ -162,7 +164,7 @@ class SessionReconstructor:
         second, differently typed frame per group would cost a copy and turn the batch's columns
         to objects.
         """
-        info = {"status": status, "first_seq": s.first_seq, "last_seq": s.last_seq,
+        info = {"status": status.value, "first_seq": s.first_seq, "last_seq": s.last_seq,
                 "last_offset": s.last_offset, "snapshot_seq": s.snapshot_seq,
                 "snapshot_offset": s.snapshot_offset, "row_count": row_count,
                 "started_us": _us(s.started_ts), "last_event_us": _us(s.last_event_ts)}

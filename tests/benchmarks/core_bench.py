@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
+from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, load_table, read_table
-from reconstructor.core.session import process_batch
 from tests.support.model import SCHEMA, Msg, to_frame
 
 

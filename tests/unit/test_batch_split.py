@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconstructor.core import ViolationKind
-from reconstructor.core.session import process_batch
+from reconstructor.core.batch import process_batch
+from reconstructor.core.state import SessionStatus
 from tests.support.model import SCHEMA, Msg, table_as_dict, to_frame
 from tests.support.strategies import valid_session
 from tests.unit.test_core_properties import run_core, run_model
@@ -111,7 +112,7 @@ def test_a_seq_at_the_largest_long_followed_by_another_message_is_a_duplicate():
     # An end at the largest seq closes the session; anything after it is AFTER_END.
     end = Msg(INT64_MAX, "end", offset=2)
     state, _, violation = run_core([[snapshot, end]])
-    assert violation is None and state.status == "ended"
+    assert violation is None and state.status is SessionStatus.ENDED
     result = process_batch("sensor-1", "s1", [to_frame([after])], state, SCHEMA)
     assert result.violation.kind is ViolationKind.AFTER_END and result.violation.offset == 3
 

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from reconstructor.core import ViolationKind
 from reconstructor.core.blob import dump_table, load_table, read_table
-from reconstructor.core.session import (SessionState, _any_batch, _update_run, last_change_per_row,
-                                         process_batch)
+from reconstructor.core.batch import apply_in_kafka_order, apply_update_run, process_batch
+from reconstructor.core.state import SessionStatus
+from reconstructor.core.table import last_change_per_row
 from tests.support.model import (SCHEMA, Model, ModelViolation, Msg, normalise_values,
                                  table_as_dict, to_frame)
 from tests.support.strategies import batches_of, valid_session
@@ -81,7 +82,7 @@ def test_valid_sessions_reconstruct_exactly_as_the_model(data, split):
     assert violation is None, str(violation)
     assert table_as_dict(state.table) == model_table(model)
     assert state.last_seq == msgs[-1].seq
-    assert state.status == ("ended" if msgs[-1].type == "end" else "open")
+    assert state.status is (SessionStatus.ENDED if msgs[-1].type == "end" else SessionStatus.OPEN)
     # row_changes replayed in seq order rebuild the table, and match the model's change log.
     assert replay_changes(changes) == model_table(model)
     log = pd.concat(changes, ignore_index=True)
@@ -105,13 +106,13 @@ def test_the_update_fast_path_agrees_with_the_general_path(data, split):
         frame = to_frame(batch).sample(frac=1, random_state=i)
         parts = split[i % len(split)]
         df = pd.concat([f for f in np.array_split(frame, parts) if len(f)], ignore_index=True)
-        general = _any_batch("sensor-1", "s1", df, copy.copy(state), SCHEMA, await_snapshot=False)
+        general = apply_in_kafka_order("sensor-1", "s1", df, copy.copy(state), SCHEMA, await_snapshot=False)
         arrow_in = state is not None and isinstance(state.stored, pa.Table)
-        fast = _update_run(df, state, SCHEMA)
+        fast = apply_update_run(df, state, SCHEMA)
         ordered = sorted(batch, key=lambda m: m.seq)
         plain_updates = all(m.type == "update" and m.rows for m in ordered[state is None:])
         starts_fresh = state is None and ordered[0].type == "snapshot" and ordered[0].rows
-        if plain_updates and (starts_fresh or (state is not None and state.status == "open")):
+        if plain_updates and (starts_fresh or (state is not None and state.status == SessionStatus.OPEN)):
             assert fast is not None
         if fast is not None:
             assert general.violation is None
@@ -312,7 +313,7 @@ def test_an_update_in_arrow_gives_the_table_the_pandas_update_gives_for_every_co
     delete, new row)."""
     from reconstructor.core.blob import to_frame
     from reconstructor.core.frames import coerce_columns
-    from reconstructor.core.session import _apply_updates, columns_of
+    from reconstructor.core.table import apply_updates, columns_of
     from reconstructor.schema import TYPES, RowSchema
 
     schema = RowSchema.from_dict({"name": "all", "columns": [{"name": f"c_{t}", "type": t} for t in TYPES]})
@@ -330,8 +331,8 @@ def test_an_update_in_arrow_gives_the_table_the_pandas_update_gives_for_every_co
     ops["op"] = ["upsert", "upsert", "delete", "upsert"]
     ops = ops.assign(partition=0, offset=np.arange(4), seq=np.arange(4), row_pos=0)
     ops = ops.iloc[[1, 0, 2, 3]].reset_index(drop=True)  # values differ from the table's rows
-    in_pandas = _apply_updates(ops, table, schema.names)
-    in_arrow = _apply_updates(columns_of(ops), read_table(dump_table(table, schema), schema), schema.names)
+    in_pandas = apply_updates(ops, table, schema.names)
+    in_arrow = apply_updates(columns_of(ops), read_table(dump_table(table, schema), schema), schema.names)
     assert isinstance(in_arrow, pa.Table)
     assert list(in_pandas.index) == ["c", "d", "b"]
     assert in_pandas.loc["c"].notna().all() and in_pandas.loc["b"].notna().all() and in_pandas.loc["d"].isna().all()

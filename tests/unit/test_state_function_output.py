@@ -13,7 +13,8 @@ import json
 import pandas as pd
 
 from reconstructor.core import IntegrityViolation, ViolationKind
-from reconstructor.core.session import process_batch
+from reconstructor.core.batch import process_batch
+from reconstructor.core.state import SessionStatus
 from reconstructor.spark.stateful import (CHANGE_RECORD, CURRENT_RECORD, SESSION_RECORD, VIOLATION_RECORD,
                                           SessionReconstructor, state_from_tuple, state_to_tuple)
 from tests.support.groupstate import group_state as _group_state
@@ -98,8 +99,9 @@ def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_s
     assert json.loads(out["info"].iloc[0])["status"] == "timed_out"
     # The state stays, with its table, until the retention has passed too.
     assert silent.exists and silent._timeout_timestamp == RETENTION_MS - 60_000
+    assert type(silent.get[1]) is str and silent.get[1] == "timed_out"  # Spark's state: the plain value
     kept = state_from_tuple(silent.get, SCHEMA)
-    assert kept.status == "timed_out" and kept.last_seq == 0 and sorted(kept.table.index) == ["a", "b"]
+    assert kept.status is SessionStatus.TIMED_OUT and kept.last_seq == 0 and sorted(kept.table.index) == ["a", "b"]
 
     # It resumes with the next seq: no violation, open again, and every row back in current_rows
     # (the changed one as a change, the others as rows for current_rows only).
@@ -112,7 +114,7 @@ def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_s
     assert (out["seq"][1], out["offset"][1]) == (0, 0)  # the session's last record before its timeout
     info = json.loads(out["info"].iloc[-1])
     assert (info["status"], info["last_seq"], info["row_count"]) == ("open", 1, 2)
-    assert state_from_tuple(resumed.get, SCHEMA).status == "open"
+    assert state_from_tuple(resumed.get, SCHEMA).status is SessionStatus.OPEN
 
     # Silent past its retention as well: forgotten, with nothing written.
     forgotten = _group_state(silent.get, timed_out=True)
@@ -123,7 +125,7 @@ def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_sessio
     fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS)
     msgs = [Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {}}]), Msg(1, "end", offset=1)]
     ended = process_batch("sensor-1", "s1", [to_frame(msgs)], None, SCHEMA).state
-    assert ended.status == "ended"
+    assert ended.status is SessionStatus.ENDED
 
     silent = group_state(ended, timed_out=True)
     assert call(fn, [], silent) == []

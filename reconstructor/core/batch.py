@@ -1,0 +1,184 @@
+"""One session's micro-batch step: gather its messages, check them, apply them.
+
+``process_batch`` is what the Spark state function calls for a ``(topic, session)`` group.  It is
+plain pandas/numpy: the group's frames are gathered; a plain run of updates takes the short path
+(``apply_update_run``), anything else the general one (``apply_in_kafka_order``), which checks
+continuity against the state carried from earlier micro-batches and applies the valid messages to
+the session table.  The first violation is returned, not applied: the caller fails the query on it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from reconstructor.core.continuity import check_continuity, malformed
+from reconstructor.core.frames import change_rows
+from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.table import (Rejected, apply_messages, apply_updates, columns_of, empty_changes,
+                                      empty_table, snapshot_problem)
+from reconstructor.core.violations import IntegrityViolation
+from reconstructor.schema import RowSchema
+
+
+@dataclass
+class BatchResult:
+    #: The applied row changes as columns (``CHANGE`` and the row columns, canonical dtypes, in
+    #: apply order): the Spark shell builds its output from these, and a frame per touched
+    #: session would be built only to be taken apart again.  ``changes`` is the same as a frame.
+    columns: dict
+    state: SessionState | None
+    violation: IntegrityViolation | None = None
+    skipped: int = 0  # messages skipped while awaiting a snapshot
+
+    @functools.cached_property
+    def changes(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns, copy=False)
+
+
+def process_batch(
+    topic: str,
+    session: str,
+    frames,
+    state: SessionState | None,
+    schema: RowSchema,
+    *,
+    await_snapshot: bool = False,
+) -> BatchResult:
+    """Check and apply one micro-batch of one session. Never raises for bad input: returns it."""
+    df = _gather(frames)
+    if df.empty:
+        return BatchResult(columns_of(empty_changes(schema)), state)
+    fast = apply_update_run(df, state, schema)
+    if fast is not None:
+        return fast
+    return apply_in_kafka_order(topic, session, df, state, schema, await_snapshot)
+
+
+def apply_in_kafka_order(topic: str, session: str, df: pd.DataFrame, state: SessionState | None,
+                         schema: RowSchema, await_snapshot: bool) -> BatchResult:
+    """The general path: snapshots, ends, skips and every violation.
+
+    The messages are walked in Kafka order (``continuity``); the valid prefix is applied, and a
+    record the table refuses inside it (a delete of an unknown row, a flawed snapshot) is the
+    earlier record, so it is the verdict before the violation that ends the prefix.
+    """
+    checked = check_continuity(topic, session, df, state, await_snapshot)
+    msgs, skipped, cut = checked.messages, checked.skipped, checked.cut
+    valid = msgs.iloc[skipped:cut]
+    if len(valid):
+        if skipped == 0 and cut == len(msgs):
+            rows = df  # the common case: every message of the batch applies
+        else:
+            keys = pd.MultiIndex.from_frame(df[["partition", "offset"]])
+            rows = df[keys.isin(pd.MultiIndex.from_frame(valid[["partition", "offset"]]))]
+        table = state.table if state is not None else empty_table(schema).copy()
+        try:
+            changes, table = apply_messages(valid, rows, table, schema)
+        except Rejected as rejected:
+            return _fail(schema, state, rejected.violation(topic, session))
+    if checked.violation is not None:
+        return _fail(schema, state, checked.violation)
+    if not len(valid):  # every message skipped while awaiting a snapshot
+        return BatchResult(columns_of(empty_changes(schema)), state, skipped=skipped)
+
+    last = valid.iloc[-1]
+    snaps = valid[valid["type"].eq("snapshot")]
+    new_state = SessionState(
+        partition=checked.partition,
+        status=SessionStatus.ENDED if last["type"] == "end" else SessionStatus.OPEN,
+        first_seq=state.first_seq if state is not None else int(valid["seq"].iloc[0]),
+        last_seq=int(last["seq"]),
+        last_offset=int(last["offset"]),
+        snapshot_seq=int(snaps["seq"].iloc[-1]) if len(snaps) else state.snapshot_seq,
+        snapshot_offset=int(snaps["offset"].iloc[-1]) if len(snaps) else state.snapshot_offset,
+        started_ts=state.started_ts if state is not None else _ts(valid["event_ts"].iloc[0]),
+        last_event_ts=_ts(last["event_ts"]),
+        stored=table,
+    )
+    return BatchResult(columns_of(changes), new_state, skipped=skipped)
+
+
+def apply_update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema) -> BatchResult | None:
+    """The short path: a run of update messages that all apply, to an open session or after the
+    snapshot that starts a new one; None when it cannot vouch for the batch.
+
+    Most batches of a live fleet are exactly this, and much of a batch's cost is the general
+    path's bookkeeping (per-message frames, segments, re-casts).  Anything else (a resync
+    snapshot, an end, a parse error, a key, seq or partition out of line, a rowless message, a
+    flawed snapshot, a delete of an unknown row) returns None: the general path then applies it or
+    names the violation, so both paths always agree (a property test holds them to it).
+    """
+    if state is not None and state.status != SessionStatus.OPEN:
+        return None
+    # Each column read once: a frame's column access costs more than the check made with it.
+    cols = dict(df.items())
+    if malformed(cols).any() or any(_has_null(cols[c]) for c in ("row_pos", "seq", "offset")):
+        return None
+    partitions = cols["partition"].to_numpy()
+    partition = state.partition if state is not None else partitions[0]
+    if not (partitions == partition).all():
+        return None
+    offsets = cols["offset"].to_numpy(dtype=np.int64)
+    seqs = cols["seq"].to_numpy(dtype=np.int64)
+    msg_offsets, first_row = np.unique(offsets, return_index=True)  # the messages in Kafka order
+    msg_seqs = seqs[first_row]
+    if not np.array_equal(seqs, msg_seqs[np.searchsorted(msg_offsets, offsets)]):
+        return None  # rows of one message disagree on its seq
+    start = int(msg_seqs[0])
+    if (np.diff(msg_seqs) != 1).any() or (state is not None and start - state.last_seq != 1):
+        return None  # a gap, a duplicate or a swap (Python ints: a seq may be the largest long)
+    types = cols["type"].to_numpy()
+    is_update = types == "update"
+    in_snapshot = (offsets == msg_offsets[0]) if state is None else np.zeros(len(df), dtype=bool)
+    if not (is_update | in_snapshot).all() or not (types[in_snapshot] == "snapshot").all():
+        return None
+    rows = change_rows(cols, np.lexsort((cols["row_pos"].to_numpy(dtype=np.int64), seqs)), schema)
+    names = schema.names
+    snapshot_rows = int(in_snapshot.sum())  # the snapshot's rows sort first
+    if state is None:
+        snapshot = pd.DataFrame({k: v[:snapshot_rows] for k, v in rows.items()})
+        if snapshot_problem(snapshot) is not None:
+            return None
+        table = snapshot.set_index("row_id")[names]
+    else:
+        table = state.stored
+    if snapshot_rows < len(df):
+        try:
+            table = apply_updates({k: v[snapshot_rows:] for k, v in rows.items()}, table, names)
+        except Rejected:
+            return None  # a delete of an unknown row
+    changes = rows
+    last = int(first_row[-1])
+    last_seq, last_offset, last_ts = int(msg_seqs[-1]), int(offsets[last]), _ts(cols["event_ts"].iloc[last])
+    if state is not None:
+        return BatchResult(changes, replace(state, last_seq=last_seq, last_offset=last_offset,
+                                            last_event_ts=last_ts, stored=table))
+    first = int(first_row[0])
+    return BatchResult(changes, SessionState(
+        partition=int(partition), status=SessionStatus.OPEN, first_seq=start, last_seq=last_seq,
+        last_offset=last_offset, snapshot_seq=start, snapshot_offset=int(offsets[first]),
+        started_ts=_ts(cols["event_ts"].iloc[first]), last_event_ts=last_ts, stored=table))
+
+
+def _gather(frames) -> pd.DataFrame:
+    if isinstance(frames, pd.DataFrame):
+        return frames
+    frames = list(frames)
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def _has_null(s: pd.Series) -> bool:
+    """Whether ``s`` holds a null; a numpy int or bool column cannot, and is not scanned."""
+    return s.dtype.kind not in "iub" and bool(s.isna().any())
+
+
+def _fail(schema: RowSchema, state, v: IntegrityViolation) -> BatchResult:
+    return BatchResult(columns_of(empty_changes(schema)), state, violation=v)
+
+
+def _ts(value) -> pd.Timestamp | None:
+    return None if value is None or pd.isna(value) else pd.Timestamp(value)
