@@ -1,6 +1,7 @@
 """Wire one streaming query: Kafka source, parse, stateful step, Delta sinks.
 
-This is what ``reconstructor run`` and ``replay`` start; it holds no logic of its own.
+This is what ``reconstructor run`` and ``replay`` start; it holds no logic of its own.  ``start``
+returns a ``RunningPipeline``: the query with its sinks and its compactor, awaited and stopped as one.
 """
 
 from __future__ import annotations
