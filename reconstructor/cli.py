@@ -12,6 +12,7 @@ import sys
 import textwrap
 from typing import Sequence
 
+from reconstructor import commands
 from reconstructor import config as configuration
 from reconstructor.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ReconstructorError
 
@@ -196,8 +197,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
-    from reconstructor import commands
-
     handlers = {
         "run": commands.run,
         "replay": commands.replay,
@@ -210,11 +209,4 @@ def _dispatch(args) -> int:
     return handlers[args.command](args) or EXIT_OK
 
 
-def effective_config(args) -> configuration.Config:
-    # "off" (for --compact-every) stays a value: commands treat it as disabled.
-    flags = {k: v for k, v in vars(args).items()
-             if k in configuration._SCALARS and v is not None}
-    return configuration.load(getattr(args, "config", None), flags=flags)
-
-
-__all__ = ["main", "build_parser", "effective_config"]
+__all__ = ["main", "build_parser"]

@@ -1,4 +1,9 @@
-"""What each CLI command does, over the library modules (jobs call these too)."""
+"""What each CLI command does, over the library modules (jobs call these too).
+
+The modules that drive Spark (the pipeline, compaction, the state reader) load pyspark and Delta,
+so each is imported in the command that needs it: ``config show``, ``--help`` and the usage errors
+stay quick.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,12 @@ import sys
 import time
 import uuid
 
-from reconstructor import validate
-from reconstructor.config import Config
-from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.pipeline import PipelineSettings, await_query, duration_ms
+from reconstructor import replay_plan, validate
+from reconstructor.config import AVAILABLE_NOW, Config, from_args
+from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.progress import CatchUpProgress
 
 log = logging.getLogger("reconstructor")
-
-
-def _cfg(args) -> Config:
-    from reconstructor.cli import effective_config
-
-    return effective_config(args)
 
 
 def _spark(cfg: Config, app: str):
@@ -53,49 +52,23 @@ def _validated_stream(cfg: Config) -> None:
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
     validate.topic_pattern(cfg.topic_pattern)
     validate.starting_offsets(cfg.starting_offsets)
-    validate.trigger(cfg.trigger)
-    validate.duration("--session-timeout", cfg.session_timeout)
-    validate.duration("--state-retention", cfg.state_retention)
-    if duration_ms(cfg.state_retention) <= duration_ms(cfg.session_timeout):
-        raise UsageError(f"--state-retention {cfg.state_retention!r} must be longer than "
-                         f"--session-timeout {cfg.session_timeout!r} (a timed-out session keeps its "
-                         "state until the retention has passed)")
-    if cfg.compact_every not in (None, "off"):
-        validate.duration("--compact-every", cfg.compact_every)
-    validate.duration("--grace", cfg.compact_grace, allow_zero=True)
+    validate.state_outlasts_timeout(cfg.state_retention, cfg.session_timeout)
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
     validate.row_schema(cfg.row_schema)
     validate.local_output_writable(cfg.output)
     validate.local_output_writable(cfg.checkpoint, "--checkpoint")
 
 
-def _settings(cfg: Config, **over) -> PipelineSettings:
-    s = PipelineSettings(
-        bootstrap_servers=cfg.bootstrap_servers, topic_pattern=cfg.topic_pattern, output=cfg.output,
-        checkpoint=cfg.checkpoint, trigger=cfg.trigger, starting_offsets=cfg.starting_offsets,
-        max_offsets_per_trigger=cfg.max_offsets_per_trigger, session_timeout=cfg.session_timeout,
-        state_retention=cfg.state_retention,
-        await_snapshot=cfg.await_snapshot, row_schema=cfg.row_schema, kafka_options=dict(cfg.kafka),
-        compact_every=None if cfg.compact_every in (None, "off") else cfg.compact_every,
-        compact_grace=cfg.compact_grace, vacuum_retention=cfg.vacuum_retention,
-    )
-    for k, v in over.items():
-        setattr(s, k, v)
-    return s
-
-
-def _stream(cfg: Config, settings: PipelineSettings, app: str, progress=None) -> int:
+def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = False) -> int:
     from reconstructor.pipeline import start
 
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
     spark = _spark(cfg, app)
+    running = start(spark, cfg, dedupe_changes=dedupe_changes)
     try:
-        query = start(spark, settings)
-        await_query(query, on_progress=progress or _log_progress)
+        running.await_termination(on_progress=progress or _log_progress)
     finally:
-        from reconstructor.pipeline import stop_background
-
-        stop_background()
+        running.stop()
     return 0
 
 
@@ -109,24 +82,24 @@ def _log_progress(p: dict) -> None:
 
 
 def run(args) -> int:
-    cfg = _cfg(args)
+    cfg = from_args(args)
     _validated_stream(cfg)
-    return _stream(cfg, _settings(cfg), "reconstructor-run")
+    return _stream(cfg, "reconstructor-run")
 
 
 def config_show(args) -> int:
-    cfg = _cfg(args)
+    cfg = from_args(args)
     sys.stdout.write(cfg.to_toml())
     return 0
 
 
 def replay(args) -> int:
-    cfg = _cfg(args)
+    cfg = from_args(args)
     if args.await_snapshot:
         cfg.await_snapshot = True
     # A replay never moves another query's checkpoint: it takes only a --checkpoint flag (one with
     # no committed batch, checked before the query starts), never the configured one.
-    configured = _cfg(argparse.Namespace(**{**vars(args), "checkpoint": None})).checkpoint
+    configured = from_args(argparse.Namespace(**{**vars(args), "checkpoint": None})).checkpoint
     cfg.checkpoint = args.checkpoint
     if not cfg.checkpoint and cfg.output:
         cfg.checkpoint = f"{cfg.output.rstrip('/')}/_checkpoints/replay-{uuid.uuid4().hex[:8]}"
@@ -134,99 +107,31 @@ def replay(args) -> int:
     if args.from_offsets:
         offsets = validate.starting_offsets(args.from_offsets)
     elif args.from_timestamp:
-        offsets = _offsets_for_timestamp(cfg, args.from_timestamp)
+        offsets = replay_plan.offsets_for_timestamp(cfg, args.from_timestamp)
     else:
-        offsets = _offsets_from_last_snapshot(cfg)
+        offsets = replay_plan.offsets_from_last_snapshot(_spark(cfg, "reconstructor-replay-plan"), cfg)
         # Sessions whose snapshot lies after their partition's start see updates first.
         cfg.await_snapshot = True
     cfg.starting_offsets = offsets
-    cfg.trigger = "available-now"
+    cfg.trigger = AVAILABLE_NOW
     _validated_stream(cfg)
     left_alone = (f"; the configured checkpoint {configured} is left alone"
                   if configured and configured != cfg.checkpoint else "")
     print(f"replaying from {offsets} into {cfg.output} (checkpoint {cfg.checkpoint}{left_alone})",
           file=sys.stderr)
-    from reconstructor.progress import CatchUpProgress
-
-    return _stream(cfg, _settings(cfg, dedupe_changes=True), "reconstructor-replay",
-                   progress=CatchUpProgress(starting=offsets))
-
-
-def _offsets_for_timestamp(cfg: Config, ts: str) -> str:
-    try:
-        when = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--from-timestamp {ts!r} is not an RFC 3339 timestamp") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    from confluent_kafka import Consumer, TopicPartition
-
-    from reconstructor.kafka_admin import client_or_usage_error, librdkafka_settings
-
-    parts = [TopicPartition(t, p, int(when.timestamp() * 1000))
-             for t, ps in _partitions(cfg).items() for p in ps]
-    if not parts:
-        raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
-    consumer = client_or_usage_error(Consumer, {
-        **librdkafka_settings(cfg.kafka), "bootstrap.servers": cfg.bootstrap_servers,
-        "group.id": "reconstructor-replay", "enable.auto.commit": False})
-    try:
-        found = consumer.offsets_for_times(parts, timeout=10)
-    finally:
-        consumer.close()
-    offsets: dict[str, dict[str, int]] = {}
-    for tp in found:
-        offsets.setdefault(tp.topic, {})[str(tp.partition)] = tp.offset if tp.offset >= 0 else -1
-    return json.dumps(offsets, sort_keys=True)
-
-
-def _offsets_from_last_snapshot(cfg: Config) -> str:
-    """Per partition, the smallest snapshot offset of its open sessions (from the sessions table).
-
-    Partitions of matching topics with no open session there start at the earliest offset: their
-    sessions never reached a table (or ended), and a replay is idempotent."""
-    validate.require(cfg, "output")
-    spark = _spark(cfg, "reconstructor-replay-plan")
-    from reconstructor.spark.sinks import SESSIONS, table_path
-
-    try:
-        rows = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
-                .where("status = 'open'").groupBy("topic", "partition")
-                .agg({"snapshot_offset": "min"}).collect())
-    except Exception as exc:
-        raise ReconstructorError(f"cannot read the sessions table under {cfg.output}: "
-                                 f"{error_line(exc)}") from None
-    offsets: dict[str, dict[str, int]] = {
-        topic: {str(p): -2 for p in parts} for topic, parts in _partitions(cfg).items()}
-    for r in rows:
-        offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["min(snapshot_offset)"])
-    if not offsets:
-        raise ReconstructorError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
-    return json.dumps(offsets, sort_keys=True)
-
-
-def _partitions(cfg: Config) -> dict[str, list[int]]:
-    import re
-
-    from reconstructor.kafka_admin import broker_metadata, librdkafka_settings
-
-    settings = librdkafka_settings(cfg.kafka)  # the stream's security, before any connection
-    validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
-    pattern = re.compile(f"^(?:{cfg.topic_pattern})$")
-    meta = broker_metadata(cfg.bootstrap_servers, 10, settings)
-    return {t: sorted(tm.partitions) for t, tm in meta.topics.items() if pattern.match(t)}
+    return _stream(cfg, "reconstructor-replay", progress=CatchUpProgress(starting=offsets),
+                   dedupe_changes=True)
 
 
 def compact(args) -> int:
-    cfg = _cfg(args)
+    cfg = from_args(args)
     validate.require(cfg, "output")
-    validate.duration("--grace", cfg.compact_grace, allow_zero=True)
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
     from reconstructor.spark.compaction import Compactor
 
     spark = _spark(cfg, "reconstructor-compact")
-    report = Compactor(spark, cfg.output, grace_s=duration_ms(cfg.compact_grace) / 1000,
-                       retention_hours=duration_ms(cfg.vacuum_retention) / 3_600_000,
+    report = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
+                       retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1),
                        min_files=args.min_files).run()
     for line in report.lines():
         print(line)
@@ -234,7 +139,7 @@ def compact(args) -> int:
 
 
 def state(args) -> int:
-    cfg = _cfg(args)
+    cfg = from_args(args)
     validate.require(cfg, "checkpoint")
     schema = validate.row_schema(cfg.row_schema)
     from reconstructor.spark.state_reader import read_session_state
@@ -319,7 +224,7 @@ def demo(args) -> int:
     cfg.s3.path_style = True
     spark = _spark(cfg, "reconstructor-demo")
     print(f"reconstructing into {cfg.output} ...", flush=True)
-    await_query(start(spark, _settings(cfg)), on_progress=_log_progress)
+    start(spark, cfg).await_termination(on_progress=_log_progress)
     from reconstructor.spark.sinks import TABLES, table_path
 
     print("\ntables:")

@@ -1,11 +1,14 @@
 """Effective configuration: defaults, then a TOML file (``--config``), then ``RECON_*`` env, then flags.
 
 Kafka security settings and S3 credentials pass through to Spark untouched but never reach a log
-line or ``--help``: ``redacted()`` is the only form that is ever printed.
+line or ``--help``: ``redacted()`` is the only form that is ever printed.  Durations are parsed
+here, once, when the layers are merged; everything after sees ``timedelta``.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import json
 import os
 import re
@@ -44,6 +47,55 @@ class S3Config:
     path_style: bool = False
 
 
+class Duration(dt.timedelta):
+    """A ``timedelta`` read from text ('90 seconds', '30s', '1 hour', '2h', '1.5 days').
+
+    It keeps the words it was given in, so that a message or ``config show`` echoes the value the
+    way the operator wrote it."""
+
+    __slots__ = ("text",)
+    _UNITS = {"ms": dt.timedelta(milliseconds=1), "millisecond": dt.timedelta(milliseconds=1),
+              "s": dt.timedelta(seconds=1), "sec": dt.timedelta(seconds=1),
+              "second": dt.timedelta(seconds=1), "m": dt.timedelta(minutes=1),
+              "min": dt.timedelta(minutes=1), "minute": dt.timedelta(minutes=1),
+              "h": dt.timedelta(hours=1), "hour": dt.timedelta(hours=1),
+              "d": dt.timedelta(days=1), "day": dt.timedelta(days=1)}
+
+    def __new__(cls, text: str) -> "Duration":
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+?)s?\s*", text or "")
+        if not m or m.group(2).lower() not in cls._UNITS:
+            raise ValueError(f"not a duration: {text!r} (use e.g. '30 seconds', '10 minutes', '1 hour')")
+        # Whole milliseconds, the finest unit the settings are used in.
+        ms = int(float(m.group(1)) * (cls._UNITS[m.group(2).lower()] / dt.timedelta(milliseconds=1)))
+        self = super().__new__(cls, milliseconds=ms)
+        self.text = text
+        return self
+
+    def __reduce__(self):  # copies (``asdict``) rebuild it from its text
+        return (Duration, (self.text,))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def duration_text(value: dt.timedelta) -> str:
+    """A duration as words: as the operator wrote it, else in its largest whole unit ('7 days')."""
+    if isinstance(value, Duration):
+        return value.text
+    for unit, size in (("day", dt.timedelta(days=1)), ("hour", dt.timedelta(hours=1)),
+                       ("minute", dt.timedelta(minutes=1)), ("second", dt.timedelta(seconds=1)),
+                       ("millisecond", dt.timedelta(milliseconds=1))):
+        if value % size == dt.timedelta(0) and value:
+            count = value // size
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return "0 seconds"
+
+
+# The trigger values that are not an interval.
+AVAILABLE_NOW = "available-now"
+_NAMED_TRIGGERS = (AVAILABLE_NOW, "availableNow", "once")
+COMPACTION_OFF = "off"  # compact_every: no in-stream compaction
+
 # Records per micro-batch unless set.  A batch pays a few seconds of fixed cost (three Delta
 # transactions, the state store commit) whatever its size, so larger batches cost less per update;
 # but a first run over a long backlog, uncapped, is one batch holding all of it in the batch cache
@@ -58,16 +110,16 @@ class Config:
     topic_pattern: str | None = None
     output: str | None = None
     checkpoint: str | None = None
-    trigger: str = "available-now"
+    trigger: str | dt.timedelta = AVAILABLE_NOW  # or "once", or an interval
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
-    session_timeout: str = "1 hour"
-    state_retention: str = "7 days"
+    session_timeout: dt.timedelta = Duration("1 hour")
+    state_retention: dt.timedelta = Duration("7 days")
     row_schema: str | None = None
     await_snapshot: bool = False
-    compact_every: str | None = "1 hour"
-    compact_grace: str = "15 minutes"
-    vacuum_retention: str = "168 hours"
+    compact_every: dt.timedelta | None = Duration("1 hour")  # None: no in-stream compaction
+    compact_grace: dt.timedelta = Duration("15 minutes")
+    vacuum_retention: dt.timedelta = Duration("168 hours")
     unsafe_vacuum_retention: bool = False  # allow a vacuum_retention under 168 hours
     shuffle_partitions: int | None = None
     master: str | None = None
@@ -81,6 +133,8 @@ class Config:
     def to_toml(self) -> str:
         """The effective configuration as TOML, secrets redacted (for ``config show``)."""
         data = self.redacted()
+        if self.compact_every is None:
+            data["compact_every"] = COMPACTION_OFF
         lines = []
         for key, value in data.items():
             if not isinstance(value, dict) and value is not None:
@@ -99,6 +153,8 @@ def _toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return str(value)
+    if isinstance(value, dt.timedelta):
+        return json.dumps(duration_text(value))
     return json.dumps(str(value))
 
 
@@ -127,7 +183,8 @@ def is_secret(key: str) -> bool:
     return bool(words) and not _SECRET_WORDS.isdisjoint(words) and words[-1] not in _DESCRIPTOR_WORDS
 
 
-_SCALARS = {f.name for f in fields(Config)} - {"kafka", "spark", "s3"}
+# The settings that hold one value (a flag, a RECON_* variable, a top-level key of the file).
+SCALAR_SETTINGS = frozenset({f.name for f in fields(Config)} - {"kafka", "spark", "s3"})
 _S3_FIELDS = {f.name for f in fields(S3Config)}
 
 
@@ -143,7 +200,42 @@ def load(
         _apply(cfg, _read_toml(path), source=path)
     _apply(cfg, _from_env(env), source="environment")
     _apply(cfg, {k: v for k, v in (flags or {}).items() if v is not None}, source="flags")
+    _parse_durations(cfg)
     return cfg
+
+
+def from_args(args: argparse.Namespace) -> Config:
+    """The configuration a command runs with: its flags over ``RECON_*`` over its ``--config`` file."""
+    flags = {k: v for k, v in vars(args).items() if k in SCALAR_SETTINGS and v is not None}
+    return load(getattr(args, "config", None), flags=flags)
+
+
+# Each duration setting: the flag that names it in messages, and whether zero means something
+# (a zero grace closes an hour right at its end; any other zero duration is a typo, or spins).
+_DURATIONS = {"trigger": ("--trigger", False), "session_timeout": ("--session-timeout", False),
+              "state_retention": ("--state-retention", False),
+              "compact_every": ("--compact-every", False), "compact_grace": ("--grace", True),
+              "vacuum_retention": ("--vacuum-retention", False)}
+
+
+def _parse_durations(cfg: Config) -> None:
+    """The merged duration settings, still text, become ``timedelta`` (or stay a named trigger,
+    or ``None`` for compact_every "off")."""
+    for name, (flag, zero_allowed) in _DURATIONS.items():
+        value = getattr(cfg, name)
+        if isinstance(value, dt.timedelta) or value is None:
+            continue
+        if (name == "trigger" and value in _NAMED_TRIGGERS) or (
+                name == "compact_every" and value == COMPACTION_OFF):
+            setattr(cfg, name, None if value == COMPACTION_OFF else value)
+            continue
+        try:
+            duration = Duration(value)
+        except ValueError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+        if not duration and not zero_allowed:
+            raise UsageError(f"{flag} {value!r} must be longer than zero (e.g. '30 seconds', '1 hour')")
+        setattr(cfg, name, duration)
 
 
 def _read_toml(path: str) -> dict:
@@ -158,7 +250,7 @@ def _read_toml(path: str) -> dict:
 
 def _from_env(env: Mapping[str, str]) -> dict:
     data: dict[str, Any] = {}
-    for name in _SCALARS:
+    for name in SCALAR_SETTINGS:
         value = env.get(f"RECON_{name.upper()}")
         if value not in (None, ""):
             data[name] = value
@@ -190,7 +282,7 @@ def _apply(cfg: Config, data: Mapping[str, Any], source: str) -> None:
                 if k not in _S3_FIELDS:
                     raise UsageError(f"{source}: unknown setting s3.{k}")
                 setattr(cfg.s3, k, _coerce(k, v, bool if k == "path_style" else str, source))
-        elif key in _SCALARS:
+        elif key in SCALAR_SETTINGS:
             setattr(cfg, key, _coerce(key, value, _FIELD_TYPES.get(key, str), source))
         else:
             raise UsageError(f"{source}: unknown setting {key!r}")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from pathlib import Path
 
+from reconstructor.config import Duration, duration_text
 from reconstructor.errors import ReconstructorError, UsageError
-from reconstructor.pipeline import duration_ms
 from reconstructor.schema import RowSchema, SchemaError
 
 
@@ -45,35 +46,25 @@ def starting_offsets(value: str) -> str:
     return value
 
 
-def duration(flag: str, value: str, *, allow_zero: bool = False) -> str:
-    """A duration longer than zero (or zero, where zero means something: ``--grace``)."""
-    try:
-        ms = duration_ms(value)
-    except ValueError as exc:
-        raise UsageError(f"{flag}: {exc}") from None
-    if ms <= 0 and not (allow_zero and ms == 0):
-        raise UsageError(f"{flag} {value!r} must be longer than zero (e.g. '30 seconds', '1 hour')")
-    return value
+def state_outlasts_timeout(state_retention: dt.timedelta, session_timeout: dt.timedelta) -> None:
+    if state_retention <= session_timeout:
+        raise UsageError(f"--state-retention {duration_text(state_retention)!r} must be longer than "
+                         f"--session-timeout {duration_text(session_timeout)!r} (a timed-out session "
+                         "keeps its state until the retention has passed)")
 
 
 # Delta's own floor: a shorter VACUUM retention may delete files that a reader or a concurrent
 # writer still needs.
-SAFE_VACUUM_RETENTION_HOURS = 168
+SAFE_VACUUM_RETENTION = Duration("168 hours")
 
 
-def vacuum_retention(value: str, unsafe: bool) -> str:
-    duration("--vacuum-retention", value)
-    if duration_ms(value) < SAFE_VACUUM_RETENTION_HOURS * 3_600_000 and not unsafe:
-        raise UsageError(f"--vacuum-retention {value!r} is under {SAFE_VACUUM_RETENTION_HOURS} hours, so "
-                         "VACUUM may delete files that a reader or a concurrent writer still needs; "
-                         "pass --unsafe-vacuum-retention to accept that")
+def vacuum_retention(value: dt.timedelta, unsafe: bool) -> dt.timedelta:
+    if value < SAFE_VACUUM_RETENTION and not unsafe:
+        raise UsageError(f"--vacuum-retention {duration_text(value)!r} is under "
+                         f"{duration_text(SAFE_VACUUM_RETENTION)}, so VACUUM may delete files that a "
+                         "reader or a concurrent writer still needs; pass --unsafe-vacuum-retention "
+                         "to accept that")
     return value
-
-
-def trigger(value: str) -> str:
-    if value in ("available-now", "availableNow", "once"):
-        return value
-    return duration("--trigger", value)
 
 
 def row_schema(value: str | None) -> RowSchema:

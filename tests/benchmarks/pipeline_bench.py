@@ -28,6 +28,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from reconstructor import localstack  # noqa: E402
+from reconstructor.config import Config  # noqa: E402
 from reconstructor.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
 from reconstructor.producer import SensorProducer  # noqa: E402
 from reconstructor.schema import RowSchema  # noqa: E402
@@ -44,9 +45,9 @@ def _spark(shuffle_partitions: int | None):
 
 
 def _progress(query) -> list[dict]:
-    from reconstructor.pipeline import _as_dict
+    from reconstructor.pipeline import progress_dict
 
-    return [_as_dict(p) for p in query.recentProgress]
+    return [progress_dict(p) for p in query.recentProgress]
 
 
 def _publish(messages: list[Planned], topics: list[str]) -> float:
@@ -56,15 +57,15 @@ def _publish(messages: list[Planned], topics: list[str]) -> float:
 
 
 def _reconstructor(spark, pattern: str, root: Path, max_offsets: int | None) -> tuple[float, list[dict]]:
-    from reconstructor.pipeline import PipelineSettings, await_query, start
+    from reconstructor.pipeline import start
 
-    settings = PipelineSettings(localstack.bootstrap_servers(), pattern, str(root / "out"), str(root / "chk"),
-                                trigger="available-now", max_offsets_per_trigger=max_offsets,
-                                compact_every=None)
+    cfg = Config(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
+                 output=str(root / "out"), checkpoint=str(root / "chk"),
+                 max_offsets_per_trigger=max_offsets, compact_every=None)
     started = time.perf_counter()
-    query = start(spark, settings)
-    await_query(query)
-    return time.perf_counter() - started, _progress(query)
+    running = start(spark, cfg)
+    running.await_termination()
+    return time.perf_counter() - started, running.recent_progress()
 
 
 def _stateless_limit(spark, pattern: str, root: Path, max_offsets: int | None) -> tuple[float, list[dict]]:
@@ -163,15 +164,15 @@ def _dir_files(path: Path) -> dict[str, int]:
 
 def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
     """Fixed work on 20 hot sessions while idle sessions in state grow; one batch per round."""
-    from reconstructor.pipeline import PipelineSettings, await_query, start
+    from reconstructor.pipeline import start
 
     prefix = f"scale{uuid.uuid4().hex[:8]}-sensor-"
     topics = [f"{prefix}{i}" for i in range(4)]
     create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in topics})
     ts = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
-    settings = PipelineSettings(localstack.bootstrap_servers(), f"{prefix}[0-9]+", str(work / "out"),
-                                str(work / "chk"), trigger="available-now", compact_every=None,
-                                max_offsets_per_trigger=args.load_batch)
+    cfg = Config(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=f"{prefix}[0-9]+",
+                 output=str(work / "out"), checkpoint=str(work / "chk"), compact_every=None,
+                 max_offsets_per_trigger=args.load_batch)
     hot = [(topics[i % 4], f"{prefix}hot-{i}") for i in range(20)]
     seqs = {s: 1 for _, s in hot}
     loaded, report = 0, []
@@ -181,8 +182,7 @@ def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
             new += [_snapshot(t, s, 5, ts) for t, s in hot]
         started = time.perf_counter()
         _publish(new, topics)
-        query = start(spark, settings)
-        await_query(query)
+        start(spark, cfg).await_termination()
         loaded = target - len(hot)
         load_s = time.perf_counter() - started
         print(f"state: {target:,} sessions (loaded {len(new):,} in {load_s:.1f}s)", flush=True)
@@ -198,11 +198,11 @@ def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
                     seqs[session] += 1
             _publish(msgs, topics)
             before = _dir_files(work / "chk" / "state")
-            query = start(spark, settings)
-            await_query(query)
+            running = start(spark, cfg)
+            running.await_termination()
             after = _dir_files(work / "chk" / "state")
             written = sum(size for f, size in after.items() if before.get(f) != size)
-            (p,) = [p for p in _progress(query) if p["numInputRows"] > 0]
+            (p,) = [p for p in running.recent_progress() if p["numInputRows"] > 0]
             op = p["stateOperators"][0]
             rounds.append({"batch_ms": p["durationMs"]["triggerExecution"],
                            "add_batch_ms": p["durationMs"].get("addBatch"),

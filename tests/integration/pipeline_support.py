@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-from reconstructor import localstack
+from reconstructor import config, localstack
 from reconstructor.fleet import FleetSpec, expected_tables, hash_partition, publish
-from reconstructor.pipeline import PipelineSettings, await_query, start
+from reconstructor.pipeline import start
 from reconstructor.producer import SensorProducer
 from tests.support.kafka import create_topics
 
@@ -32,9 +32,21 @@ def offsets_of(messages, partitions: int, start: dict | None = None) -> list[tup
     return placed
 
 
-def run(spark, pattern: str, output: str, checkpoint: str, **kw) -> None:
-    settings = PipelineSettings(localstack.bootstrap_servers(), pattern, output, checkpoint, **kw)
-    await_query(start(spark, settings))
+def stream_config(pattern: str, output: str, checkpoint: str, **settings) -> config.Config:
+    """A run's configuration on the local stack: ``settings`` as a config file has them
+    ('45 seconds'), no in-stream compaction unless asked, and no RECON_* from the environment."""
+    return config.load(None, env={}, flags={
+        "bootstrap_servers": localstack.bootstrap_servers(), "topic_pattern": pattern,
+        "output": output, "checkpoint": checkpoint, "compact_every": config.COMPACTION_OFF,
+        **settings})
+
+
+def run(spark, pattern: str, output: str, checkpoint: str, **settings) -> None:
+    running = start(spark, stream_config(pattern, output, checkpoint, **settings))
+    try:
+        running.await_termination()
+    finally:
+        running.stop()
 
 
 def read_table(spark, output: str, name: str):

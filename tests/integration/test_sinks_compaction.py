@@ -79,8 +79,7 @@ def _interval(progress: dict) -> tuple[float, float]:
 
 def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spark, run_id, tmp_path):
     from reconstructor import pipeline
-    from reconstructor.pipeline import PipelineSettings
-    from tests.integration.pipeline_support import caught_up
+    from tests.integration.pipeline_support import caught_up, stream_config
     from tests.integration.pipeline_support import current_tables, expected_all, replayed_tables
     from tests.integration.test_reconstruct_pipeline import NAMES
 
@@ -93,29 +92,26 @@ def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spar
     publish(SensorProducer(localstack.bootstrap_servers()), messages, {t: 1 for t in spec.topics()},
             event_time_as_kafka_time=True)
     out = str(tmp_path / "out")
-    settings = PipelineSettings(localstack.bootstrap_servers(), f"sc{run_id}-sensor-[0-9]+", out,
-                                str(tmp_path / "chk"), trigger="1 second", max_offsets_per_trigger=40,
-                                compact_every="2 seconds", compact_grace="0 seconds",
-                                vacuum_in_stream=False)
-    query = pipeline.start(spark, settings)
-    compactor = pipeline._BACKGROUND[-1]
+    cfg = stream_config(f"sc{run_id}-sensor-[0-9]+", out, str(tmp_path / "chk"), trigger="1 second",
+                        max_offsets_per_trigger=40, compact_every="2 seconds", compact_grace="0 seconds")
+    running = pipeline.start(spark, cfg, vacuum_in_stream=False)
+    query, compactor = running.query, running.compactor
     try:
         deadline = dt.datetime.now() + dt.timedelta(minutes=8)
         while dt.datetime.now() < deadline:
-            done = caught_up(pipeline._as_dict(query.lastProgress)) and compactor.runs >= 2
+            done = caught_up(running.last_progress()) and compactor.runs >= 2
             if done or not query.isActive:
                 break
             query.awaitTermination(1)
         assert query.isActive, query.exception()
-        assert caught_up(pipeline._as_dict(query.lastProgress)), "the stream did not catch up in 8 minutes"
+        assert caught_up(running.last_progress()), "the stream did not catch up in 8 minutes"
         # Stop between triggers: a stop that lands in a batch interrupts its Delta commits (which the
         # next run would redo) and this test reads the tables right after.
         while query.status["isTriggerActive"]:
             time.sleep(0.05)
-        batches = [_interval(p) for p in map(pipeline._as_dict, query.recentProgress)]
+        batches = [_interval(p) for p in running.recent_progress()]
     finally:
-        pipeline.stop_background()
-        query.stop()
+        running.stop()
     compacted = list(compactor.windows)
     assert compactor.runs >= 2 and compactor.hours_compacted >= 1, (compactor.runs, compactor.hours_compacted)
     # Batches ran while a compaction was running: the stream did not wait for it.

@@ -1,5 +1,6 @@
 """Bad usage exits 2 (or 1 for an unreachable broker) with one clear line, before anything starts."""
 
+import datetime as dt
 import subprocess
 import sys
 
@@ -130,9 +131,10 @@ def test_run_refuses_a_short_vacuum_retention_unless_told_it_is_unsafe(tmp_path,
 
 def test_compact_accepts_a_short_vacuum_retention_with_the_unsafe_flag():
     from reconstructor import validate
+    from reconstructor.config import Duration
 
-    assert validate.vacuum_retention("24 hours", unsafe=True) == "24 hours"
-    assert validate.vacuum_retention("168 hours", unsafe=False) == "168 hours"
+    assert validate.vacuum_retention(Duration("24 hours"), unsafe=True) == dt.timedelta(hours=24)
+    assert validate.vacuum_retention(Duration("168 hours"), unsafe=False) == dt.timedelta(hours=168)
 
 
 def test_every_command_that_vacuums_documents_the_unsafe_flag_and_its_risk():

@@ -1,3 +1,5 @@
+import datetime as dt
+
 import pytest
 
 from reconstructor import config
@@ -124,3 +126,44 @@ def test_config_show_redacts_exactly_the_settings_whose_value_is_a_secret(tmp_pa
 def test_no_scalar_setting_is_redacted():
     text = config.Config(output="/out", topic_pattern="sensor-.*", bootstrap_servers="h:1").to_toml()
     assert config.REDACTED not in text
+
+
+def test_durations_are_read_once_into_timedeltas_and_shown_as_written(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('session_timeout = "90 seconds"\nstate_retention = "2d"\n')
+    cfg = config.load(str(f), env={"RECON_COMPACT_GRACE": "0 seconds"},
+                      flags={"trigger": "1.5 min", "vacuum_retention": "200 hours"})
+    assert cfg.session_timeout == dt.timedelta(seconds=90)
+    assert cfg.state_retention == dt.timedelta(days=2)
+    assert cfg.compact_grace == dt.timedelta(0)
+    assert cfg.trigger == dt.timedelta(seconds=90)
+    assert cfg.vacuum_retention == dt.timedelta(hours=200)
+    assert cfg.compact_every == dt.timedelta(hours=1)  # the default
+    text = cfg.to_toml()
+    for line in ('session_timeout = "90 seconds"', 'state_retention = "2d"', 'trigger = "1.5 min"',
+                 'compact_grace = "0 seconds"', 'vacuum_retention = "200 hours"', 'compact_every = "1 hour"'):
+        assert line in text, text
+    # What config show prints loads back to the same configuration.
+    f.write_text(text)
+    assert config.load(str(f), env={}) == cfg
+
+
+def test_named_triggers_stay_names_and_compaction_can_be_turned_off():
+    cfg = config.load(None, env={"RECON_COMPACT_EVERY": "off"}, flags={"trigger": "once"})
+    assert cfg.trigger == "once" and cfg.compact_every is None
+    assert 'compact_every = "off"' in cfg.to_toml()
+    assert config.load(None, env={}).trigger == "available-now"
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("session_timeout", "soon", "--session-timeout: not a duration: 'soon'"),
+    ("state_retention", "7 weeks", "--state-retention: not a duration: '7 weeks'"),
+    ("trigger", "sometimes", "--trigger: not a duration: 'sometimes'"),
+    ("compact_every", "never", "--compact-every: not a duration: 'never'"),
+    ("compact_grace", "-1 minute", "--grace: not a duration: '-1 minute'"),
+    ("vacuum_retention", "0 hours", "--vacuum-retention '0 hours' must be longer than zero"),
+    ("session_timeout", "0s", "--session-timeout '0s' must be longer than zero"),
+])
+def test_a_bad_duration_is_a_usage_error_naming_its_flag(setting, value, message):
+    with pytest.raises(UsageError, match=message):
+        config.load(None, env={}, flags={setting: value})

@@ -1,0 +1,76 @@
+"""Where a replay starts: Kafka offsets for a timestamp, or for each open session's last snapshot.
+
+Each plan is the JSON offsets a replay's query starts from (``{"topic": {"partition": offset}}``,
+-2 earliest, -1 latest).  The table names come from the Delta sinks, whose module loads pyspark and
+Delta, so they are imported where the sessions table is read: the other plans need no Spark.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+
+from confluent_kafka import Consumer, TopicPartition
+
+from reconstructor import validate
+from reconstructor.config import Config
+from reconstructor.errors import ReconstructorError, UsageError, error_line
+from reconstructor.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings
+
+
+def offsets_for_timestamp(cfg: Config, ts: str) -> str:
+    """Per partition of the matching topics, the first offset at or after ``ts`` (RFC 3339)."""
+    try:
+        when = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--from-timestamp {ts!r} is not an RFC 3339 timestamp") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    parts = [TopicPartition(t, p, int(when.timestamp() * 1000))
+             for t, ps in partitions(cfg).items() for p in ps]
+    if not parts:
+        raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
+    consumer = client_or_usage_error(Consumer, {
+        **librdkafka_settings(cfg.kafka), "bootstrap.servers": cfg.bootstrap_servers,
+        "group.id": "reconstructor-replay", "enable.auto.commit": False})
+    try:
+        found = consumer.offsets_for_times(parts, timeout=10)
+    finally:
+        consumer.close()
+    offsets: dict[str, dict[str, int]] = {}
+    for tp in found:
+        offsets.setdefault(tp.topic, {})[str(tp.partition)] = tp.offset if tp.offset >= 0 else -1
+    return json.dumps(offsets, sort_keys=True)
+
+
+def offsets_from_last_snapshot(spark, cfg: Config) -> str:
+    """Per partition, the smallest snapshot offset of its open sessions (from the sessions table).
+
+    Partitions of matching topics with no open session there start at the earliest offset: their
+    sessions never reached a table (or ended), and a replay is idempotent."""
+    from reconstructor.spark.sinks import SESSIONS, table_path
+
+    try:
+        rows = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
+                .where("status = 'open'").groupBy("topic", "partition")
+                .agg({"snapshot_offset": "min"}).collect())
+    except Exception as exc:
+        raise ReconstructorError(f"cannot read the sessions table under {cfg.output}: "
+                                 f"{error_line(exc)}") from None
+    offsets: dict[str, dict[str, int]] = {
+        topic: {str(p): -2 for p in parts} for topic, parts in partitions(cfg).items()}
+    for r in rows:
+        offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["min(snapshot_offset)"])
+    if not offsets:
+        raise ReconstructorError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
+    return json.dumps(offsets, sort_keys=True)
+
+
+def partitions(cfg: Config) -> dict[str, list[int]]:
+    """The partitions of each topic that matches ``cfg.topic_pattern``, from the broker."""
+    settings = librdkafka_settings(cfg.kafka)  # the stream's security, before any connection
+    validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
+    pattern = re.compile(f"^(?:{cfg.topic_pattern})$")
+    meta = broker_metadata(cfg.bootstrap_servers, 10, settings)
+    return {t: sorted(tm.partitions) for t, tm in meta.topics.items() if pattern.match(t)}
