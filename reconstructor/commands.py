@@ -255,7 +255,7 @@ def state(args) -> int:
 
 
 def produce(args) -> int:
-    from reconstructor import localstack
+    from reconstructor.devstack import localstack
 
     bootstrap = args.bootstrap_servers or localstack.bootstrap_servers()
     sent, culprit = produce_fleet(bootstrap, args)
@@ -268,8 +268,8 @@ def produce(args) -> int:
 def produce_fleet(bootstrap: str, args):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from reconstructor.fleet import FleetSpec, inject, plan_fleet, publish
-    from reconstructor.producer import SensorProducer
+    from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet, publish
+    from reconstructor.devstack.producer import SensorProducer
 
     for name in ("sensors", "sessions", "rows", "partitions"):
         if getattr(args, name) < 1:
@@ -294,7 +294,7 @@ def produce_fleet(bootstrap: str, args):
 
 
 def demo(args) -> int:
-    from reconstructor import localstack
+    from reconstructor.devstack import localstack
     from reconstructor.pipeline import start
 
     started = time.monotonic()

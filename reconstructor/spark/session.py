@@ -61,7 +61,7 @@ def default_jars_dir() -> Path | None:
     ``None`` when there is none: on Databricks and EMR the platform provides Delta and the Kafka
     source, and this builder adds nothing to the classpath.
     """
-    from reconstructor.localstack import jars_dir
+    from reconstructor.devstack.localstack import jars_dir
 
     folder = jars_dir() / "spark"
     return folder if folder.is_dir() and any(folder.glob("*.jar")) else None
@@ -118,7 +118,7 @@ def build_spark(
         "spark.ui.showConsoleProgress": "false",
     }
     if master and (master.startswith("local") or _loopback_master(master)):
-        # Local mode, or a standalone master on loopback (``reconstructor.standalone``), binds the
+        # Local mode, or a standalone master on loopback (``reconstructor.devstack.standalone``), binds the
         # driver to loopback: no stray interface, nothing reachable from outside, and executors on
         # this machine reach the driver where the master told them to.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -27,9 +27,9 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from reconstructor import localstack  # noqa: E402
-from reconstructor.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
-from reconstructor.producer import SensorProducer  # noqa: E402
+from reconstructor.devstack import localstack  # noqa: E402
+from reconstructor.devstack.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
+from reconstructor.devstack.producer import SensorProducer  # noqa: E402
 from reconstructor.schema import RowSchema  # noqa: E402
 from tests.support.kafka import create_topics  # noqa: E402
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-from reconstructor import localstack
-from reconstructor.fleet import FleetSpec, expected_tables, hash_partition, publish
+from reconstructor.devstack import localstack
+from reconstructor.devstack.fleet import FleetSpec, expected_tables, hash_partition, publish
+from reconstructor.devstack.producer import SensorProducer
 from reconstructor.pipeline import PipelineSettings, await_query, start
-from reconstructor.producer import SensorProducer
 from tests.support.kafka import create_topics
 
 

@@ -5,7 +5,7 @@ Tests, ``make up``/``make down`` and the ``demo`` command use it.  Both servers 
 mode), started detached, idempotently, with readiness waits.  Their logs and data live under the
 stack folder (``.stack/`` at the repository root, or ``RECON_STACK_DIR``).
 
-Usage: ``python -m reconstructor.localstack up|down|status|jars``.
+Usage: ``python -m reconstructor.devstack.localstack up|down|status|jars``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class StackError(RuntimeError):
 
 def repo_root() -> Path:
     """The repository holding ``infra/maven/pom.xml``: next to the package, else the cwd."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]
     for candidate in (here, Path.cwd()):
         if (candidate / "infra" / "maven" / "pom.xml").exists():
             return candidate
@@ -332,7 +332,7 @@ def _kafka_cluster_id() -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# S3 (moto's S3 emulation in a real HTTP server process on loopback, see reconstructor.s3server)
+# S3 (moto's S3 emulation in a real HTTP server process on loopback, see reconstructor.devstack.s3server)
 
 
 def s3_ready(port: int | None = None) -> bool:
@@ -375,7 +375,7 @@ def start_s3(timeout: float = 60.0) -> str:
         import waitress  # noqa: F401
     except ImportError:
         raise StackError("moto[server] and waitress are not installed: pip install -e '.[stack]'") from None
-    _spawn("s3", [sys.executable, "-m", "reconstructor.s3server", "--port", str(ports.s3)],
+    _spawn("s3", [sys.executable, "-m", "reconstructor.devstack.s3server", "--port", str(ports.s3)],
            env={"MOTO_ALLOW_NONEXISTENT_REGION": "true"})
     _wait(f"S3 endpoint on {s3_endpoint()}", lambda: s3_ready(ports.s3), "s3", timeout)
     _ensure_bucket()
@@ -413,7 +413,7 @@ def status() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reconstructor.localstack",
+        prog="python -m reconstructor.devstack.localstack",
         description="Start or stop the local Kafka broker (KRaft) and S3 endpoint on 127.0.0.1.",
     )
     parser.add_argument("action", choices=["up", "down", "status", "jars"])

@@ -17,7 +17,7 @@ Every daemon gets free ports, ``SPARK_LOCAL_IP=127.0.0.1`` and its own process g
 worker launches join that group, so stopping the group stops them too). Logs and work dirs live in
 a folder the caller gives. An application reaches it with ``master_url`` and ``app_conf()``.
 
-Usage: ``python -m reconstructor.standalone up|down|status [--dir DIR] [--workers N]``.
+Usage: ``python -m reconstructor.devstack.standalone up|down|status [--dir DIR] [--workers N]``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reconstructor.localstack import _pid_alive  # one definition of "alive" (zombies are not)
+from reconstructor.devstack.localstack import _pid_alive  # one definition of "alive" (zombies are not)
 
 HOST = "127.0.0.1"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -373,9 +373,9 @@ def _require_java() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from reconstructor.localstack import stack_dir
+    from reconstructor.devstack.localstack import stack_dir
 
-    parser = argparse.ArgumentParser(prog="python -m reconstructor.standalone",
+    parser = argparse.ArgumentParser(prog="python -m reconstructor.devstack.standalone",
                                      description="A Spark standalone cluster on 127.0.0.1 (detached).")
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--dir", default=str(stack_dir() / "standalone"),
