@@ -196,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
+    if args.command in ("produce", "demo"):
+        # The workbench's commands: only they load the local stack's modules.
+        from reconstructor.devstack import demo
+
+        return {"produce": demo.produce, "demo": demo.demo}[args.command](args) or EXIT_OK
     from reconstructor import commands
 
     handlers = {
@@ -203,8 +208,6 @@ def _dispatch(args) -> int:
         "replay": commands.replay,
         "compact": commands.compact,
         "state": commands.state,
-        "produce": commands.produce,
-        "demo": commands.demo,
         "config": commands.config_show,
     }
     return handlers[args.command](args) or EXIT_OK
