@@ -10,7 +10,7 @@ import sys
 import uuid
 
 from reconstructor import validate
-from reconstructor.config import Config
+from reconstructor.config import Config, default_jars_dir
 from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.pipeline import PipelineSettings, await_query, duration_ms
 
@@ -24,12 +24,12 @@ def _cfg(args) -> Config:
 
 
 def _spark(cfg: Config, app: str):
-    from reconstructor.spark.session import S3Settings, build_spark
+    from reconstructor.spark.engine import S3Settings, build_spark
 
     s3 = S3Settings(cfg.s3.endpoint, cfg.s3.region, cfg.s3.access_key, cfg.s3.secret_key,
                     bool(cfg.s3.path_style))
-    spark = build_spark(app, master=cfg.master, s3=s3, shuffle_partitions=cfg.shuffle_partitions,
-                        conf=cfg.spark)
+    spark = build_spark(app, master=cfg.master, s3=s3, jars_dir=cfg.jars_dir or default_jars_dir(),
+                        shuffle_partitions=cfg.shuffle_partitions, conf=cfg.spark)
     if not logging.getLogger().isEnabledFor(logging.INFO):  # not -v
         _quiet_query_failures(spark)
     return spark

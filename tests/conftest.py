@@ -34,11 +34,12 @@ def stack():
 @pytest.fixture(scope="session")
 def spark(stack):
     from reconstructor.devstack.smoke import local_s3
-    from reconstructor.spark.session import build_spark
+    from reconstructor.spark.engine import build_spark
 
     session = build_spark(
         "reconstructor-tests",
         s3=local_s3(),
+        jars_dir=stack.jars_dir(),
         shuffle_partitions=4,
         conf={"spark.ui.enabled": "false", "spark.driver.memory": "3g"},
     )

@@ -22,6 +22,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from reconstructor.config import checkout_root, default_jars_dir
+
 S3_ACCESS_KEY = "test"
 S3_SECRET_KEY = "test"
 S3_REGION = "us-east-1"
@@ -32,21 +34,14 @@ class StackError(RuntimeError):
     """A problem with the local stack, worded as one line saying what is wrong and what to do."""
 
 
-def repo_root() -> Path:
-    """The repository holding ``infra/maven/pom.xml``: next to the package, else the cwd."""
-    here = Path(__file__).resolve().parents[2]
-    for candidate in (here, Path.cwd()):
-        if (candidate / "infra" / "maven" / "pom.xml").exists():
-            return candidate
-    return Path.cwd()
-
-
 def jars_dir() -> Path:
-    return Path(os.environ.get("RECON_JARS_DIR", repo_root() / ".jars"))
+    """The folder ``make jars`` fills: ``RECON_JARS_DIR`` (the ``jars_dir`` setting), else the
+    checkout's ``.jars``."""
+    return Path(os.environ.get("RECON_JARS_DIR") or default_jars_dir())
 
 
 def stack_dir() -> Path:
-    return Path(os.environ.get("RECON_STACK_DIR", repo_root() / ".stack"))
+    return Path(os.environ.get("RECON_STACK_DIR", checkout_root() / ".stack"))
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,7 @@ def ensure_jars(profile: str) -> Path:
     """Resolve the jars of one pom profile (``spark`` or ``kafka``) with Maven, once."""
     out = jars_dir() / profile
     stamp = out / ".resolved"
-    pom = repo_root() / "infra" / "maven" / "pom.xml"
+    pom = checkout_root() / "infra" / "maven" / "pom.xml"
     if stamp.exists() and (not pom.exists() or stamp.stat().st_mtime >= pom.stat().st_mtime):
         return out
     if not pom.exists():

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.devstack import localstack
 from reconstructor.devstack.producer import SensorProducer
-from reconstructor.spark.session import S3Settings, build_spark
+from reconstructor.spark.engine import S3Settings, build_spark
 from reconstructor.spark.source import kafka_stream
 
 
@@ -59,7 +59,8 @@ def run_smoke(records_per_topic: int = 50, run_id: str | None = None) -> SmokeRe
         if topic in topics:
             produced.extend(recs)
 
-    spark = build_spark("reconstructor-smoke", s3=local_s3(), conf={"spark.ui.enabled": "false"})
+    spark = build_spark("reconstructor-smoke", s3=local_s3(), jars_dir=localstack.jars_dir(),
+                        conf={"spark.ui.enabled": "false"})
     root = f"s3a://{localstack.S3_BUCKET}/smoke/{run_id}"
     schema = "session STRING, seq LONG, topic STRING"
     stream = (

@@ -37,9 +37,10 @@ PARTITIONS = 2
 
 
 def _spark(shuffle_partitions: int | None):
-    from reconstructor.spark.session import build_spark
+    from reconstructor.spark.engine import build_spark
 
-    return build_spark("reconstructor-bench", shuffle_partitions=shuffle_partitions,
+    return build_spark("reconstructor-bench", jars_dir=localstack.jars_dir(),
+                       shuffle_partitions=shuffle_partitions,
                        conf={"spark.ui.enabled": "false", "spark.driver.memory": "6g"})
 
 
