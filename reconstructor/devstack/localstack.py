@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconstructor.config import checkout_root, default_jars_dir
+from reconstructor.devstack.processes import pid_alive, stack_dir
 
 S3_ACCESS_KEY = "test"
 S3_SECRET_KEY = "test"
@@ -38,10 +39,6 @@ def jars_dir() -> Path:
     """The folder ``make jars`` fills: ``RECON_JARS_DIR`` (the ``jars_dir`` setting), else the
     checkout's ``.jars``."""
     return Path(os.environ.get("RECON_JARS_DIR") or default_jars_dir())
-
-
-def stack_dir() -> Path:
-    return Path(os.environ.get("RECON_STACK_DIR", checkout_root() / ".stack"))
 
 
 @dataclass(frozen=True)
@@ -150,28 +147,13 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); look at its state.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _read_pid(name: str) -> int | None:
     pidfile = stack_dir() / "run" / f"{name}.pid"
     try:
         pid = int(pidfile.read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _pid_alive(pid) else None
+    return pid if pid_alive(pid) else None
 
 
 def _spawn(name: str, cmd: list[str], env: dict[str, str] | None = None) -> int:
@@ -203,9 +185,9 @@ def _stop(name: str, timeout: float = 20.0) -> bool:
     except ProcessLookupError:
         pass
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _pid_alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.2)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reconstructor.devstack.localstack import _pid_alive  # one definition of "alive" (zombies are not)
+from reconstructor.devstack.processes import pid_alive, stack_dir
 
 HOST = "127.0.0.1"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -73,7 +73,7 @@ class Daemon:
     proc: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
     def alive(self) -> bool:
-        return self.pid is not None and _pid_alive(self.pid)
+        return self.pid is not None and pid_alive(self.pid)
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -163,7 +163,7 @@ class Cluster:
                 cwd = Path(os.readlink(entry / "cwd")).resolve()
             except OSError:
                 continue
-            if not any(cwd.is_relative_to(r) for r in roots) or not _pid_alive(int(entry.name)):
+            if not any(cwd.is_relative_to(r) for r in roots) or not pid_alive(int(entry.name)):
                 continue
             argv = [a.decode(errors="replace") for a in args]
             if app_id is not None and _arg(argv, "--app-id") != app_id:
@@ -373,8 +373,6 @@ def _require_java() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from reconstructor.devstack.localstack import stack_dir
-
     parser = argparse.ArgumentParser(prog="python -m reconstructor.devstack.standalone",
                                      description="A Spark standalone cluster on 127.0.0.1 (detached).")
     parser.add_argument("action", choices=["up", "down", "status"])
