@@ -65,9 +65,9 @@ def run_smoke(records_per_topic: int = 50, run_id: str | None = None) -> SmokeRe
     schema = "session STRING, seq LONG, topic STRING"
     stream = (
         kafka_stream(spark, bootstrap_servers=bootstrap, topic_pattern=f"smoke-{run_id}-(a|b)")
-        .select(F.from_json(F.col("value").cast("string"), schema).alias("v"),
+        .select(F.from_json(F.col("value").cast("string"), schema).alias("record"),
                 F.col("topic").alias("kafka_topic"), "partition", "offset")
-        .select("v.*", "kafka_topic", "partition", "offset")
+        .select("record.*", "kafka_topic", "partition", "offset")
     )
     query = (
         stream.writeStream.format("delta")
