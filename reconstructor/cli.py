@@ -175,6 +175,7 @@ def _add_fleet_flags(p: argparse.ArgumentParser, bootstrap: bool = True) -> None
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--inject", choices=["gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end"],
                    help="break one session on purpose")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more (librdkafka's notices too)")
 
 
 # --------------------------------------------------------------------------------------------------

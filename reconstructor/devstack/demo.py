@@ -13,7 +13,7 @@ from reconstructor.commands import _log_progress, _settings, _spark
 from reconstructor.config import Config
 from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet, publish
-from reconstructor.devstack.producer import SensorProducer
+from reconstructor.devstack.producer import SensorProducer, librdkafka_logging
 from reconstructor.errors import ReconstructorError, UsageError
 from reconstructor.pipeline import await_query, start
 
@@ -36,7 +36,7 @@ def produce_fleet(bootstrap: str, args):
                      sessions_per_sensor=args.sessions, rows=args.rows, updates=args.updates,
                      rows_per_update=args.rows_per_update, resync_every=args.resync_every,
                      end_sessions=not args.no_end, seed=args.seed)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **librdkafka_logging()})
     existing = set(admin.list_topics(timeout=10).topics)
     new = [NewTopic(t, num_partitions=args.partitions, replication_factor=1)
            for t in spec.topics() if t not in existing]
