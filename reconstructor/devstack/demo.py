@@ -4,18 +4,21 @@ the local stack).  The CLI imports this module only when one of them runs."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import shlex
+import sys
 import time
+from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from reconstructor import validate
-from reconstructor.commands import _log_progress, _settings, _spark
-from reconstructor.config import Config
+from reconstructor.cli import main as cli_main
 from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet, publish
 from reconstructor.devstack.producer import SensorProducer, librdkafka_logging
 from reconstructor.errors import ReconstructorError, UsageError
-from reconstructor.pipeline import await_query, start
 
 
 def produce(args) -> int:
@@ -51,6 +54,8 @@ def produce_fleet(bootstrap: str, args):
 
 
 def demo(args) -> int:
+    """The local stack up, a fleet produced, then ``reconstructor run`` on a config file written for
+    this run: the commands printed at the end name that file, so each works as printed."""
     started = time.monotonic()
     print("starting the local stack (Kafka 127.0.0.1, S3 endpoint) ...", flush=True)
     try:
@@ -66,26 +71,72 @@ def demo(args) -> int:
     print(f"produced {sent:,} messages: {args.sensors} sensors x {args.sessions} sessions, "
           f"{args.rows} rows, {args.updates} updates each", flush=True)
     root = f"s3a://{localstack.S3_BUCKET}/demo/{run_id}"
-    cfg = Config(bootstrap_servers=bootstrap, topic_pattern=f"{args.topic_prefix}[0-9]+",
-                 output=f"{root}/tables", checkpoint=f"{root}/checkpoint", compact_every=None)
-    cfg.s3.endpoint, cfg.s3.region = localstack.s3_endpoint(), localstack.S3_REGION
-    cfg.s3.access_key, cfg.s3.secret_key = localstack.S3_ACCESS_KEY, localstack.S3_SECRET_KEY
-    cfg.s3.path_style = True
-    spark = _spark(cfg, "reconstructor-demo")
-    print(f"reconstructing into {cfg.output} ...", flush=True)
-    await_query(start(spark, _settings(cfg)), on_progress=_log_progress)
-    from reconstructor.spark.sinks import TABLES, table_path
+    settings = write_demo_config(localstack.stack_dir() / "demo" / f"{run_id}.toml", {
+        "bootstrap_servers": bootstrap, "topic_pattern": f"{args.topic_prefix}[0-9]+",
+        "output": f"{root}/tables", "checkpoint": f"{root}/checkpoint", "compact_every": "off",
+        "jars_dir": str(localstack.jars_dir().resolve()),
+        "s3": {"endpoint": localstack.s3_endpoint(), "region": localstack.S3_REGION,
+               "access_key": localstack.S3_ACCESS_KEY, "secret_key": localstack.S3_SECRET_KEY,
+               "path_style": True},
+    })
+    output = f"{root}/tables"
+    print(f"reconstructing into {output} (settings: {settings}) ...", flush=True)
+    code = cli_main(["run", "--config", str(settings), *(["-v"] if args.verbose else [])])
+    if code != 0:
+        return code
+    _summarise(output)
+    reconstructor = command_prefix()
+    config = shlex.quote(str(settings))
+    topic = f"{args.topic_prefix}0"
+    print(f"\ndone in {time.monotonic() - started:.0f}s; this run's settings are in {settings}. Next:")
+    for why, command in (
+        ("a session's table, read from the checkpoint",
+         f"state --config {config} --topic {shlex.quote(topic)} --session {shlex.quote(topic + '-session-0')}"),
+        ("carry on: read what has reached the topics since, into the same tables",
+         f"run --config {config}"),
+        ("the effective configuration (secrets redacted)", f"config show --config {config}"),
+    ):
+        print(f"  # {why}\n  {reconstructor} {command}")
+    return 0
 
+
+def write_demo_config(path: Path, settings: dict) -> Path:
+    """A TOML config file of ``settings`` (scalars, and one level of tables), secrets included:
+    the local stack's fixed test credentials, which the printed commands need."""
+    def value(v) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else json.dumps(v)
+
+    lines = ["# A demo run on the local stack, written by `reconstructor demo`."]
+    lines += [f"{k} = {value(v)}" for k, v in settings.items() if not isinstance(v, dict)]
+    for table, entries in ((k, v) for k, v in settings.items() if isinstance(v, dict)):
+        lines += ["", f"[{table}]"] + [f"{k} = {value(v)}" for k, v in entries.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def command_prefix() -> str:
+    """How to start this same reconstructor again from a shell: the console script it was started
+    as, else its Python with ``-m reconstructor`` (``sys.argv[0]`` is then ``__main__.py``)."""
+    script = Path(sys.argv[0])
+    if script.name == "reconstructor" and os.access(script, os.X_OK):
+        return shlex.quote(str(script.resolve()))
+    return f"{shlex.quote(sys.executable)} -m reconstructor"
+
+
+def _summarise(output: str) -> None:
+    """Row counts of the tables and one line per session, read with the run's SparkSession."""
+    from pyspark.sql import SparkSession
+
+    from reconstructor.spark.sinks import SESSIONS, TABLES, table_path
+
+    spark = SparkSession.active()
     print("\ntables:")
     for name in TABLES:
-        print(f"  {name:<13} {spark.read.format('delta').load(table_path(cfg.output, name)).count():>8,} rows"
-              f"  {table_path(cfg.output, name)}")
+        print(f"  {name:<13} {spark.read.format('delta').load(table_path(output, name)).count():>8,} rows"
+              f"  {table_path(output, name)}")
     print("\nsessions:")
-    sessions = spark.read.format("delta").load(table_path(cfg.output, "sessions"))
+    sessions = spark.read.format("delta").load(table_path(output, SESSIONS))
     for r in sessions.orderBy("topic", "session").collect():
         print(f"  {r.topic:<28} {r.session:<40} {r.status:<9} seq {r.first_seq}..{r.last_seq}"
               f"  rows {r.row_count}")
-    print(f"\ndone in {time.monotonic() - started:.0f}s; inspect with:\n"
-          f"  .venv/bin/reconstructor state --checkpoint {cfg.checkpoint} --topic {args.topic_prefix}0 "
-          f"--session {args.topic_prefix}0-session-0")
-    return 0
