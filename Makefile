@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
-STACK  := $(VPY) -m reconstructor.localstack
+STACK  := $(VPY) -m reconstructor.devstack.localstack
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
@@ -73,7 +73,7 @@ demo: up
 	@$(VPY) -m reconstructor demo
 
 smoke: up
-	@$(VPY) -m reconstructor.smoke
+	@$(VPY) -m reconstructor.devstack.smoke
 
 wheel: venv
 	@$(VPY) -m pip wheel -q --no-deps -w dist .

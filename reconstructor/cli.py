@@ -176,6 +176,7 @@ def _add_fleet_flags(p: argparse.ArgumentParser, bootstrap: bool = True) -> None
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--inject", choices=["gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end"],
                    help="break one session on purpose")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more (librdkafka's notices too)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -197,13 +198,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
+    if args.command in ("produce", "demo"):
+        # The workbench's commands: only they load the local stack's modules.
+        from reconstructor.devstack import demo
+
+        return {"produce": demo.produce, "demo": demo.demo}[args.command](args) or EXIT_OK
     handlers = {
         "run": commands.run,
         "replay": commands.replay,
         "compact": commands.compact,
         "state": commands.state,
-        "produce": commands.produce,
-        "demo": commands.demo,
         "config": commands.config_show,
     }
     return handlers[args.command](args) or EXIT_OK

@@ -123,6 +123,9 @@ class Config:
     unsafe_vacuum_retention: bool = False  # allow a vacuum_retention under 168 hours
     shuffle_partitions: int | None = None
     master: str | None = None
+    # The folder ``make jars`` fills (Spark's jars in its ``spark/`` subfolder); unset, the
+    # checkout's (``default_jars_dir``).  Databricks and EMR provide the jars: nothing is there.
+    jars_dir: str | None = None
     kafka: dict[str, str] = field(default_factory=dict)
     spark: dict[str, str] = field(default_factory=dict)
     s3: S3Config = field(default_factory=S3Config)
@@ -146,6 +149,20 @@ class Config:
                     if v is not None:
                         lines.append(f"{json.dumps(k) if '.' in k else k} = {_toml_value(v)}")
         return "\n".join(lines) + "\n"
+
+
+def checkout_root() -> Path:
+    """The checkout holding ``infra/maven/pom.xml``: the one around the package, else the cwd."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here, Path.cwd()):
+        if (candidate / "infra" / "maven" / "pom.xml").exists():
+            return candidate
+    return Path.cwd()
+
+
+def default_jars_dir() -> Path:
+    """Where ``make jars`` puts the JVM jars when ``jars_dir`` is not set: the checkout's ``.jars``."""
+    return checkout_root() / ".jars"
 
 
 def _toml_value(value) -> str:

@@ -22,7 +22,7 @@ os.environ.setdefault("RECON_SPARK_LOG_LEVEL", "ERROR")
 @pytest.fixture(scope="session")
 def stack():
     """The local Kafka broker and S3 endpoint, started if they are not running."""
-    from reconstructor import localstack
+    from reconstructor.devstack import localstack
 
     try:
         localstack.up()
@@ -33,12 +33,13 @@ def stack():
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from reconstructor.smoke import local_s3
-    from reconstructor.spark.session import build_spark
+    from reconstructor.devstack.smoke import local_s3
+    from reconstructor.spark.engine import build_spark
 
     session = build_spark(
         "reconstructor-tests",
         s3=local_s3(),
+        jars_dir=stack.jars_dir(),
         shuffle_partitions=4,
         conf={"spark.ui.enabled": "false", "spark.driver.memory": "3g"},
     )

@@ -27,10 +27,10 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from reconstructor import localstack  # noqa: E402
 from reconstructor.config import Config  # noqa: E402
-from reconstructor.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
-from reconstructor.producer import SensorProducer  # noqa: E402
+from reconstructor.devstack import localstack  # noqa: E402
+from reconstructor.devstack.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
+from reconstructor.devstack.producer import SensorProducer  # noqa: E402
 from reconstructor.schema import RowSchema  # noqa: E402
 from tests.support.kafka import create_topics  # noqa: E402
 
@@ -38,9 +38,10 @@ PARTITIONS = 2
 
 
 def _spark(shuffle_partitions: int | None):
-    from reconstructor.spark.session import build_spark
+    from reconstructor.spark.engine import build_spark
 
-    return build_spark("reconstructor-bench", shuffle_partitions=shuffle_partitions,
+    return build_spark("reconstructor-bench", jars_dir=localstack.jars_dir(),
+                       shuffle_partitions=shuffle_partitions,
                        conf={"spark.ui.enabled": "false", "spark.driver.memory": "6g"})
 
 

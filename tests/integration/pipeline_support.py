@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-from reconstructor import config, localstack
-from reconstructor.fleet import FleetSpec, expected_tables, hash_partition, publish
+from reconstructor import config
+from reconstructor.devstack import localstack
+from reconstructor.devstack.fleet import FleetSpec, expected_tables, hash_partition, publish
+from reconstructor.devstack.producer import SensorProducer
 from reconstructor.pipeline import start
-from reconstructor.producer import SensorProducer
 from tests.support.kafka import create_topics
 
 

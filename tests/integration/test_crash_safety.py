@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from reconstructor.fleet import FleetSpec, plan_fleet
+from reconstructor.devstack.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
 from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
                                                 produce, read_table, replayed_tables, run)

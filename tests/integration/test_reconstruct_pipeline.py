@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from reconstructor.devstack.fleet import FleetSpec, expected_tables, inject, plan_fleet
 from reconstructor.errors import IntegrityViolationError
-from reconstructor.fleet import FleetSpec, expected_tables, inject, plan_fleet
 from reconstructor.schema import RowSchema
 from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
                                                 offsets_of, produce, read_table, replayed_tables, run)

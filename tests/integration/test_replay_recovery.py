@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from reconstructor.cli import main as cli_main
-from reconstructor.fleet import FleetSpec, plan_fleet, publish
-from reconstructor.producer import SensorProducer
+from reconstructor.devstack.fleet import FleetSpec, plan_fleet, publish
+from reconstructor.devstack.producer import SensorProducer
 from reconstructor.schema import RowSchema
 from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
                                                 produce, read_table, replayed_tables, run)

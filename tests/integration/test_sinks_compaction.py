@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from reconstructor import localstack
-from reconstructor.fleet import FleetSpec, plan_fleet, publish
-from reconstructor.producer import SensorProducer
+from reconstructor.devstack import localstack
+from reconstructor.devstack.fleet import FleetSpec, plan_fleet, publish
+from reconstructor.devstack.producer import SensorProducer
 from reconstructor.spark.compaction import Compactor
 from tests.integration.pipeline_support import expected_open, read_table, run
 from tests.support.kafka import create_topics
@@ -125,7 +125,7 @@ def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spar
 def test_a_violation_after_good_batches_leaves_every_table_as_after_the_last_good_batch(
         spark, run_id, tmp_path):
     from reconstructor.errors import IntegrityViolationError
-    from reconstructor.fleet import inject
+    from reconstructor.devstack.fleet import inject
 
     spec = FleetSpec(topic_prefix=f"vb{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=15,
                      updates=120, seed=21, end_sessions=False)

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor import localstack
-from reconstructor.fleet import FleetSpec, plan_fleet
+from reconstructor.devstack import localstack
+from reconstructor.devstack.fleet import FleetSpec, plan_fleet
+from reconstructor.devstack.standalone import Cluster, standalone_cluster
 from reconstructor.schema import RowSchema
-from reconstructor.standalone import Cluster, standalone_cluster
 from tests.integration.pipeline_support import (
     assert_exact,
     current_tables,

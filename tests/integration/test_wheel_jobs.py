@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor import localstack
+from reconstructor.devstack import localstack
+from reconstructor.devstack.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
-from reconstructor.fleet import FleetSpec, plan_fleet
 from tests.integration.pipeline_support import current_tables, expected_all, replayed_tables
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

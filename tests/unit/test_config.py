@@ -55,6 +55,16 @@ def test_micro_batches_are_capped_by_default_and_each_layer_can_move_the_cap(tmp
         config.load(None, env={}, flags={"max_offsets_per_trigger": 0})
 
 
+
+def test_the_jars_folder_is_a_setting_with_the_checkouts_jars_as_default(tmp_path):
+    assert config.load(None, env={}).jars_dir is None
+    assert config.default_jars_dir() == config.checkout_root() / ".jars"
+    assert (config.checkout_root() / "infra" / "maven" / "pom.xml").is_file()
+    f = tmp_path / "c.toml"
+    f.write_text('jars_dir = "/opt/recon/jars"\n')
+    assert config.load(str(f), env={}).jars_dir == "/opt/recon/jars"
+    assert config.load(str(f), env={"RECON_JARS_DIR": "/ci/jars"}).jars_dir == "/ci/jars"
+
 # Real-world setting names: the value of each is a secret (True) or not (False).  A name that only
 # contains the letters (keystore, keymanager, key.serializer) or that names where a secret lives,
 # what kind it is or which class provides it (location, type, provider, file, url) is not a secret;

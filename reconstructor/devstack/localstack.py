@@ -5,7 +5,7 @@ Tests, ``make up``/``make down`` and the ``demo`` command use it.  Both servers 
 mode), started detached, idempotently, with readiness waits.  Their logs and data live under the
 stack folder (``.stack/`` at the repository root, or ``RECON_STACK_DIR``).
 
-Usage: ``python -m reconstructor.localstack up|down|status|jars``.
+Usage: ``python -m reconstructor.devstack.localstack up|down|status|jars``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from reconstructor.config import checkout_root, default_jars_dir
+from reconstructor.devstack.processes import pid_alive, stack_dir
+
 S3_ACCESS_KEY = "test"
 S3_SECRET_KEY = "test"
 S3_REGION = "us-east-1"
@@ -32,21 +35,10 @@ class StackError(RuntimeError):
     """A problem with the local stack, worded as one line saying what is wrong and what to do."""
 
 
-def repo_root() -> Path:
-    """The repository holding ``infra/maven/pom.xml``: next to the package, else the cwd."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here, Path.cwd()):
-        if (candidate / "infra" / "maven" / "pom.xml").exists():
-            return candidate
-    return Path.cwd()
-
-
 def jars_dir() -> Path:
-    return Path(os.environ.get("RECON_JARS_DIR", repo_root() / ".jars"))
-
-
-def stack_dir() -> Path:
-    return Path(os.environ.get("RECON_STACK_DIR", repo_root() / ".stack"))
+    """The folder ``make jars`` fills: ``RECON_JARS_DIR`` (the ``jars_dir`` setting), else the
+    checkout's ``.jars``."""
+    return Path(os.environ.get("RECON_JARS_DIR") or default_jars_dir())
 
 
 @dataclass(frozen=True)
@@ -94,7 +86,7 @@ def ensure_jars(profile: str) -> Path:
     """Resolve the jars of one pom profile (``spark`` or ``kafka``) with Maven, once."""
     out = jars_dir() / profile
     stamp = out / ".resolved"
-    pom = repo_root() / "infra" / "maven" / "pom.xml"
+    pom = checkout_root() / "infra" / "maven" / "pom.xml"
     if stamp.exists() and (not pom.exists() or stamp.stat().st_mtime >= pom.stat().st_mtime):
         return out
     if not pom.exists():
@@ -155,28 +147,13 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); look at its state.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _read_pid(name: str) -> int | None:
     pidfile = stack_dir() / "run" / f"{name}.pid"
     try:
         pid = int(pidfile.read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _pid_alive(pid) else None
+    return pid if pid_alive(pid) else None
 
 
 def _spawn(name: str, cmd: list[str], env: dict[str, str] | None = None) -> int:
@@ -208,9 +185,9 @@ def _stop(name: str, timeout: float = 20.0) -> bool:
     except ProcessLookupError:
         pass
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _pid_alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.2)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -332,7 +309,7 @@ def _kafka_cluster_id() -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# S3 (moto's S3 emulation in a real HTTP server process on loopback, see reconstructor.s3server)
+# S3 (moto's S3 emulation in a real HTTP server process on loopback, see reconstructor.devstack.s3server)
 
 
 def s3_ready(port: int | None = None) -> bool:
@@ -375,7 +352,7 @@ def start_s3(timeout: float = 60.0) -> str:
         import waitress  # noqa: F401
     except ImportError:
         raise StackError("moto[server] and waitress are not installed: pip install -e '.[stack]'") from None
-    _spawn("s3", [sys.executable, "-m", "reconstructor.s3server", "--port", str(ports.s3)],
+    _spawn("s3", [sys.executable, "-m", "reconstructor.devstack.s3server", "--port", str(ports.s3)],
            env={"MOTO_ALLOW_NONEXISTENT_REGION": "true"})
     _wait(f"S3 endpoint on {s3_endpoint()}", lambda: s3_ready(ports.s3), "s3", timeout)
     _ensure_bucket()
@@ -413,7 +390,7 @@ def status() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reconstructor.localstack",
+        prog="python -m reconstructor.devstack.localstack",
         description="Start or stop the local Kafka broker (KRaft) and S3 endpoint on 127.0.0.1.",
     )
     parser.add_argument("action", choices=["up", "down", "status", "jars"])

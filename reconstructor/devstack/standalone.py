@@ -17,7 +17,7 @@ Every daemon gets free ports, ``SPARK_LOCAL_IP=127.0.0.1`` and its own process g
 worker launches join that group, so stopping the group stops them too). Logs and work dirs live in
 a folder the caller gives. An application reaches it with ``master_url`` and ``app_conf()``.
 
-Usage: ``python -m reconstructor.standalone up|down|status [--dir DIR] [--workers N]``.
+Usage: ``python -m reconstructor.devstack.standalone up|down|status [--dir DIR] [--workers N]``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reconstructor.localstack import _pid_alive  # one definition of "alive" (zombies are not)
+from reconstructor.devstack.processes import pid_alive, stack_dir
 
 HOST = "127.0.0.1"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -73,7 +73,7 @@ class Daemon:
     proc: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
     def alive(self) -> bool:
-        return self.pid is not None and _pid_alive(self.pid)
+        return self.pid is not None and pid_alive(self.pid)
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -163,7 +163,7 @@ class Cluster:
                 cwd = Path(os.readlink(entry / "cwd")).resolve()
             except OSError:
                 continue
-            if not any(cwd.is_relative_to(r) for r in roots) or not _pid_alive(int(entry.name)):
+            if not any(cwd.is_relative_to(r) for r in roots) or not pid_alive(int(entry.name)):
                 continue
             argv = [a.decode(errors="replace") for a in args]
             if app_id is not None and _arg(argv, "--app-id") != app_id:
@@ -373,9 +373,7 @@ def _require_java() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from reconstructor.localstack import stack_dir
-
-    parser = argparse.ArgumentParser(prog="python -m reconstructor.standalone",
+    parser = argparse.ArgumentParser(prog="python -m reconstructor.devstack.standalone",
                                      description="A Spark standalone cluster on 127.0.0.1 (detached).")
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--dir", default=str(stack_dir() / "standalone"),

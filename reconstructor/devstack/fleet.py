@@ -200,7 +200,7 @@ def publish(producer, messages, partitions: dict[str, int] | None = None,
 
     ``event_time_as_kafka_time`` stamps each record with its message's ``ts`` (to lay a fleet's
     history over past hours, as compaction tests need)."""
-    from reconstructor.producer import encode
+    from reconstructor.devstack.producer import encode
 
     placed = {}
     for p in messages:

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from confluent_kafka import Producer
+
+LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+# What varies between librdkafka's repeats of one error: "(after 0ms in state CONNECT)", "(after
+# 12ms in state UP, 3 identical error(s) suppressed)".
+_ATTEMPT = re.compile(r"\s*\(after \d+ms in state [^)]*\)")
 
 
 class DeliveryError(RuntimeError):
@@ -36,6 +43,36 @@ def encode(message: Mapping[str, Any]) -> bytes:
     return json.dumps(message, default=_json_default, separators=(",", ":")).encode()
 
 
+class _OneLinePerError:
+    """librdkafka's log lines through Python logging (``LIBRDKAFKA_LOG``).
+
+    librdkafka writes its own lines to stderr (``%3|1795473152.762|FAIL|rdkafka#producer-1| ...``)
+    and repeats an error at every reconnect attempt, which buries what ``produce`` and ``demo`` say.
+    Unless logging is at INFO (``-v``), only errors pass, each distinct one once, as one line.
+    """
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def log(self, level: int, fmt: str, *args) -> None:
+        message = (fmt % args).replace("\n", " ")
+        if not LIBRDKAFKA_LOG.isEnabledFor(logging.INFO):
+            said = _ATTEMPT.sub("", message)
+            if level < logging.ERROR or said in self._said:
+                return
+            self._said.add(said)
+        LIBRDKAFKA_LOG.log(level, message)
+
+
+def librdkafka_logging() -> dict[str, Any]:
+    """The settings that route a confluent-kafka client's log through ``_OneLinePerError``.
+
+    ``log_level`` is syslog's: 3 keeps librdkafka from even formatting its notices and warnings.
+    """
+    verbose = LIBRDKAFKA_LOG.isEnabledFor(logging.INFO)
+    return {"log_level": 6 if verbose else 3, "logger": _OneLinePerError()}
+
+
 class SensorProducer:
     """A confluent-kafka producer configured for the contract (idempotent, keyed, acks=all)."""
 
@@ -47,6 +84,7 @@ class SensorProducer:
             "linger.ms": 20,
             "compression.type": "lz4",
             "message.max.bytes": 8_000_000,
+            **librdkafka_logging(),
             **(config or {}),
         }
         self._producer = Producer(conf)

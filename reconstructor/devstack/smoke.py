@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from pyspark.sql import functions as F
 
-from reconstructor import localstack
-from reconstructor.producer import SensorProducer
-from reconstructor.spark.session import S3Settings, build_spark
+from reconstructor.devstack import localstack
+from reconstructor.devstack.producer import SensorProducer
+from reconstructor.spark.engine import S3Settings, build_spark
 from reconstructor.spark.source import kafka_stream
 
 
@@ -59,14 +59,15 @@ def run_smoke(records_per_topic: int = 50, run_id: str | None = None) -> SmokeRe
         if topic in topics:
             produced.extend(recs)
 
-    spark = build_spark("reconstructor-smoke", s3=local_s3(), conf={"spark.ui.enabled": "false"})
+    spark = build_spark("reconstructor-smoke", s3=local_s3(), jars_dir=localstack.jars_dir(),
+                        conf={"spark.ui.enabled": "false"})
     root = f"s3a://{localstack.S3_BUCKET}/smoke/{run_id}"
     schema = "session STRING, seq LONG, topic STRING"
     stream = (
         kafka_stream(spark, bootstrap_servers=bootstrap, topic_pattern=f"smoke-{run_id}-(a|b)")
-        .select(F.from_json(F.col("value").cast("string"), schema).alias("v"),
+        .select(F.from_json(F.col("value").cast("string"), schema).alias("record"),
                 F.col("topic").alias("kafka_topic"), "partition", "offset")
-        .select("v.*", "kafka_topic", "partition", "offset")
+        .select("record.*", "kafka_topic", "partition", "offset")
     )
     query = (
         stream.writeStream.format("delta")

@@ -1,7 +1,8 @@
-"""The SparkSession builder: one place that knows the jars, the state store and the storage settings.
+"""The Spark engine: one place that builds the SparkSession with the jars, the state store and the
+storage settings.
 
-Every entry point (CLI, jobs, tests) builds its session here so that a local run, a test and an EMR
-step get the same RocksDB state store, Delta extensions and S3A wiring.
+Every entry point (CLI, jobs, tests) builds its SparkSession here so that a local run, a test and an
+EMR step get the same RocksDB state store, Delta extensions and S3A wiring.
 """
 
 from __future__ import annotations
@@ -55,15 +56,15 @@ class S3Settings:
         return conf
 
 
-def default_jars_dir() -> Path | None:
-    """The folder of jars resolved by ``make jars`` (``RECON_JARS_DIR`` or ``.jars/spark``).
+def spark_jars(jars_dir: str | os.PathLike | None) -> Path | None:
+    """The Spark jars ``make jars`` resolved into ``<jars_dir>/spark``.
 
-    ``None`` when there is none: on Databricks and EMR the platform provides Delta and the Kafka
-    source, and this builder adds nothing to the classpath.
+    ``None`` when there are none: on Databricks and EMR the platform provides Delta and the Kafka
+    source, and the builder adds nothing to the classpath.
     """
-    from reconstructor.localstack import jars_dir
-
-    folder = jars_dir() / "spark"
+    if jars_dir is None:
+        return None
+    folder = Path(jars_dir) / "spark"
     return folder if folder.is_dir() and any(folder.glob("*.jar")) else None
 
 
@@ -72,14 +73,15 @@ def build_spark(
     *,
     master: str | None = None,
     s3: S3Settings | None = None,
-    jars_dir: Path | None = None,
+    jars_dir: str | os.PathLike | None = None,
     shuffle_partitions: int | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Get or create the SparkSession with Delta, the RocksDB state store and S3A configured.
 
     ``master`` defaults to ``local[*]`` when no cluster manager is set (``spark-submit``, Databricks
-    and EMR set it themselves).
+    and EMR set it themselves).  ``jars_dir`` is the folder ``make jars`` fills (the ``jars_dir``
+    setting); its ``spark/`` jars go on the driver and executor classpath (see ``spark_jars``).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -118,13 +120,13 @@ def build_spark(
         "spark.ui.showConsoleProgress": "false",
     }
     if master and (master.startswith("local") or _loopback_master(master)):
-        # Local mode, or a standalone master on loopback (``reconstructor.standalone``), binds the
+        # Local mode, or a standalone master on loopback (``reconstructor.devstack.standalone``), binds the
         # driver to loopback: no stray interface, nothing reachable from outside, and executors on
         # this machine reach the driver where the master told them to.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
-    jars = jars_dir if jars_dir is not None else default_jars_dir()
+    jars = spark_jars(jars_dir)
     if jars is not None:
         classpath = f"{Path(jars).resolve()}/*"
         settings["spark.driver.extraClassPath"] = classpath

@@ -1,0 +1,52 @@
+"""``reconstructor demo`` as a user runs it: every command it prints at the end works as printed."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _printed_commands(stdout: str) -> list[list[str]]:
+    """The commands after the demo's closing "done in ..." line (its "#" lines say what each does)."""
+    lines = stdout.splitlines()
+    done = next(i for i, line in enumerate(lines) if line.startswith("done in"))
+    return [shlex.split(line) for line in lines[done + 1:] if line.strip() and not line.strip().startswith("#")]
+
+
+def test_every_command_the_demo_prints_works_as_printed(stack, tmp_path):
+    demo = subprocess.run([sys.executable, "-m", "reconstructor", "demo", "--sensors", "1", "--sessions", "1",
+                           "--rows", "5", "--updates", "5"], capture_output=True, text=True, timeout=1800)
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert "|rdkafka#" not in demo.stderr  # librdkafka's own log lines stay out of the output
+    commands = _printed_commands(demo.stdout)
+    by_name = {argv[argv.index("reconstructor") + 1]: argv for argv in commands}
+    assert set(by_name) == {"state", "run", "config"}, demo.stdout
+    config_file = Path(by_name["run"][by_name["run"].index("--config") + 1])
+    assert config_file.is_file()
+    try:
+        # From another folder, with nothing but what is printed.
+        ran = {name: subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+               for name, argv in by_name.items()}
+        for name, done in ran.items():
+            assert done.returncode == 0, (name, done.stderr[-3000:])
+
+        state = by_name["state"]
+        session = state[state.index("--session") + 1]
+        info, *table = ran["state"].stdout.splitlines()
+        assert f"session={session}" in info and "status=ended" in info, ran["state"].stdout
+        row_count = int(re.search(r"\brow_count=(\d+)", info).group(1))
+        assert row_count > 0
+        assert len([line for line in table if line.startswith("row-")]) == row_count, ran["state"].stdout
+
+        shown = ran["config"].stdout
+        assert f'checkpoint = "s3a://recon/demo/{config_file.stem}/checkpoint"' in shown, shown
+        assert 'secret_key = "***"' in shown and 'secret_key = "test"' not in shown, shown
+    finally:
+        config_file.unlink(missing_ok=True)
