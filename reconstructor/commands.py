@@ -187,7 +187,7 @@ def _offsets_from_last_snapshot(cfg: Config) -> str:
     sessions never reached a table (or ended), and a replay is idempotent."""
     validate.require(cfg, "output")
     spark = _spark(cfg, "reconstructor-replay-plan")
-    from reconstructor.spark.sinks import SESSIONS, table_path
+    from reconstructor.output import SESSIONS, table_path
 
     try:
         rows = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
@@ -320,7 +320,7 @@ def demo(args) -> int:
     spark = _spark(cfg, "reconstructor-demo")
     print(f"reconstructing into {cfg.output} ...", flush=True)
     await_query(start(spark, _settings(cfg)), on_progress=_log_progress)
-    from reconstructor.spark.sinks import TABLES, table_path
+    from reconstructor.output import TABLES, table_path
 
     print("\ntables:")
     for name in TABLES:
