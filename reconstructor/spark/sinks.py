@@ -35,8 +35,7 @@ from reconstructor.errors import IntegrityViolationError, ReconstructorError, Us
 from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS,
                                   SESSION_FIELDS, SESSION_INFO_DDL, SESSION_INFO_FIELDS, SESSIONS,
                                   SESSIONS_DDL, SESSIONS_FIELDS, TABLES, RecordKind, SessionField,
-                                  column_names,
-                                  current_rows_ddl, row_changes_ddl, table_path)
+                                  column_names, current_rows_ddl, row_changes_ddl, table_path)
 from reconstructor.schema import RowSchema
 from reconstructor.spark.compaction import compact_live_tables
 from reconstructor.spark.transactions import IdempotentDml, side_by_side, spark_like
