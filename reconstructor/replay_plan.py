@@ -17,6 +17,7 @@ from reconstructor import validate
 from reconstructor.config import Config
 from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings
+from reconstructor.output import SESSIONS, table_path
 
 
 def offsets_for_timestamp(cfg: Config, ts: str) -> str:
@@ -49,8 +50,6 @@ def offsets_from_last_snapshot(spark, cfg: Config) -> str:
 
     Partitions of matching topics with no open session there start at the earliest offset: their
     sessions never reached a table (or ended), and a replay is idempotent."""
-    from reconstructor.spark.sinks import SESSIONS, table_path
-
     try:
         rows = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
                 .where("status = 'open'").groupBy("topic", "partition")

@@ -19,6 +19,7 @@ from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet, publish
 from reconstructor.devstack.producer import SensorProducer, librdkafka_logging
 from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.output import SESSIONS, TABLES, table_path
 
 
 def produce(args) -> int:
@@ -127,8 +128,6 @@ def command_prefix() -> str:
 def _summarise(output: str) -> None:
     """Row counts of the tables and one line per session, read with the run's SparkSession."""
     from pyspark.sql import SparkSession
-
-    from reconstructor.spark.sinks import SESSIONS, TABLES, table_path
 
     spark = SparkSession.active()
     print("\ntables:")

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from reconstructor.spark.sinks import CURRENT_ROWS, ROW_CHANGES, SESSIONS, _session_like, table_path
+from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, table_path
+from reconstructor.spark.transactions import spark_like
 
 log = logging.getLogger(__name__)
 _HOUR = re.compile(r"/hour=(\d{4}-\d{2}-\d{2}-\d{2})/")
@@ -91,13 +92,13 @@ class Compactor:
     def _files_in(self, hour: str) -> int:
         return self.files_per_hour().get(hour, 0)
 
-    def vacuum(self, names=(ROW_CHANGES, CURRENT_ROWS, SESSIONS)) -> list[str]:
+    def vacuum(self, names=TABLES) -> list[str]:
         spark = self.spark
         if self.retention_hours < DEFAULT_RETENTION_HOURS:
             # Delta refuses a short retention unless told; the operator chose it explicitly
-            # (--unsafe-vacuum-retention).  Told on a session of its own, so the session the stream
-            # writes with keeps the check.
-            spark = _session_like(self.spark)
+            # (--unsafe-vacuum-retention).  Told on a SparkSession of its own, so the one the
+            # stream writes with keeps the check.
+            spark = spark_like(self.spark)
             spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         done = []
         for name in names:

@@ -40,7 +40,7 @@ ENVELOPE_FIELDS = ("session", "seq", "type", "ts", "rows")
 ROW_FIELDS = ("id", "op", "values")
 # Fields whose JSON type is computed (cheap for a scalar); the object and array fields are checked
 # by whether they cast to a map or an array, because ``schema_of_variant`` of a snapshot's rows
-# walks every row and made parsing five times slower than parsing the JSON itself.
+# walks every row, which costs more than parsing the JSON itself.
 SCALAR_ENVELOPE_FIELDS = ("session", "seq", "type", "ts")
 SCALAR_ROW_FIELDS = ("id", "op")
 _INTEGER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT')"
@@ -73,9 +73,9 @@ def _get(var: str, path: str, ddl: str) -> Column:
 
     ``variant_get`` casts a value whose stored type differs from the target (a small integer
     stored as TINYINT read as BIGINT, a decimal read as DOUBLE, a string read as TIMESTAMP) by
-    constructing a ``Cast`` expression per value, which reads the SQL conf each time: a third of
-    the parse in a profile.  Strings and booleans are read as stored; timestamps are read as
-    strings and numbers as their JSON text, then cast by Spark's compiled casts.  Values of the
+    constructing a ``Cast`` expression per value, which reads the SQL conf each time.  Strings and
+    booleans are read as stored; timestamps are read as strings and numbers as their JSON text,
+    then cast by Spark's compiled casts.  Values of the
     wrong JSON type become null here and are reported by the type checks.
     """
     ddl = ddl.lower()
@@ -98,8 +98,13 @@ def _fast_or_checked(fast: str, checked: str | Column, name: str | None = None) 
 
 
 def _typed_value(col) -> str:
-    value = f"t.`values`.`{col.name}`"
+    value = _typed_row_value(col.name)
     return f"try_cast({value} AS TIMESTAMP)" if col.type == "timestamp" else value
+
+
+def _typed_row_value(name: str) -> str:
+    """SQL: a column's value in the typed row (a timestamp as its string)."""
+    return f"typed_row.`values`.`{name}`"
 
 
 def _in_range(ts: str) -> str:
@@ -109,8 +114,16 @@ def _in_range(ts: str) -> str:
 
 def _out_of_range(what: str, ts: str, text: str) -> tuple[str, str]:
     """A check: the parsed TIMESTAMP ``ts`` is outside the range; the reason quotes ``text``."""
-    return (f"{ts} IS NOT NULL AND NOT {_in_range(ts)}",
-            f"concat('{what} ', substr({text}, 1, 60), ' is outside the supported range {TS_RANGE_TEXT}')")
+    return _outside_range(ts), _out_of_range_reason(what, text)
+
+
+def _outside_range(ts: str) -> str:
+    """SQL: the parsed TIMESTAMP ``ts`` is outside the range the pipeline carries."""
+    return f"{ts} IS NOT NULL AND NOT {_in_range(ts)}"
+
+
+def _out_of_range_reason(what: str, text: str) -> str:
+    return f"concat('{what} ', substr({text}, 1, 60), ' is outside the supported range {TS_RANGE_TEXT}')"
 
 
 def _first_error(checks: list[tuple[str, str]]) -> Column:
@@ -129,28 +142,63 @@ def _interpreted(col: Column) -> Column:
     return F.element_at(F.transform(F.array(F.lit(0)), lambda _: col), 1)
 
 
-def _first_row_error(checks: list[tuple[str, str]]) -> Column:
-    """``rows[<row_pos>`` and the first failing check's reason (which goes on from there), else null.
+# Why a message row is malformed, in the order both paths check it; each reason goes on from
+# ``rows[<row_pos>``.  The checked path runs every check, the fast path only those its shape cannot
+# rule out (``_vouched_row_error``): each with conditions of its own, both with these words.
+_ROW_REASONS = {
+    "not_object": "'] is not an object'",
+    "unknown_field": "concat('] has unknown field ', unknown_row_field)",
+    "id": "'].id must be a non-empty string'",
+    "op": "'].op must be upsert or delete'",
+    "delete_with_values": "'] is a delete and carries values'",
+    "values_not_object": "'].values must be an object'",
+    "unknown_column": "concat('].values has unknown column ', unknown_column)",
+}
+
+
+def _row_reasons(schema: RowSchema, json_type, value_json, value_text) -> dict:
+    """``_ROW_REASONS`` then, for each column, its value's wrong JSON type and a time outside the
+    range (keys ``("type", name)``, ``("range", name)``).  How a path reads a column: its JSON type
+    (``json_type(name)``), its value as JSON (``value_json``), a time's text (``value_text``)."""
+    reasons = dict(_ROW_REASONS)
+    for col in schema.columns:
+        reasons[("type", col.name)] = (
+            f"concat('].values.{col.name} expects {col.type}, got ', {json_type(col.name)}, ' ', "
+            f"substr({value_json(col.name)}, 1, 60))")
+        if col.type == "timestamp":
+            reasons[("range", col.name)] = _out_of_range_reason(f"].values.{col.name}", value_text(col.name))
+    return reasons
+
+
+def _first_row_error(reasons: dict, conditions: dict) -> Column:
+    """``rows[<row_pos>`` and the reason of the first check (in ``reasons``' order) whose condition
+    holds (a check without a condition is not run), else null.
 
     The prefix is built once rather than in every reason: the generated code of this expression is
     one method, and past 8000 bytes of bytecode the JVM stops compiling it."""
+    checks = [(conditions[key], reason) for key, reason in reasons.items() if key in conditions]
     return F.concat(F.lit("rows["), F.col("row_pos").cast("string"), _first_error(checks))
 
 
-def _present(t: str) -> str:
-    return f"({t} IS NOT NULL AND {t} <> 'VOID')"
+def _value_json_type(name: str) -> str:
+    """SQL: the JSON type of a column's value in the row variant (computed by ``_field_types``)."""
+    return f"`json_type_values.{name}`"
 
 
-def _column_ok(col, t: str) -> str:
+def _present(json_type: str) -> str:
+    return f"({json_type} IS NOT NULL AND {json_type} <> 'VOID')"
+
+
+def _column_ok(col, json_type: str) -> str:
     if col.type == "double":
-        return f"({t} IN {_NUMBER} OR {t} LIKE 'DECIMAL%')"
+        return f"({json_type} IN {_NUMBER} OR {json_type} LIKE 'DECIMAL%')"
     if col.type == "long":
-        return f"{t} IN {_INTEGER}"
+        return f"{json_type} IN {_INTEGER}"
     if col.type == "boolean":
-        return f"{t} = 'BOOLEAN'"
+        return f"{json_type} = 'BOOLEAN'"
     if col.type == "timestamp":
-        return f"({t} = 'STRING' AND `{col.name}` IS NOT NULL)"
-    return f"{t} = 'STRING'"
+        return f"({json_type} = 'STRING' AND `{col.name}` IS NOT NULL)"
+    return f"{json_type} = 'STRING'"
 
 
 # How ``schema_of_variant`` prints each JSON type a column accepts (VOID is JSON null): never more
@@ -203,32 +251,30 @@ def _vouched(schema: RowSchema) -> Column:
     envelope passes.  (Row checks the shape cannot carry run per row: ``_vouched_row_error``.)"""
     shape_ok = F.expr("schema_of_variant(parsed)").rlike(message_shape_pattern(schema))
     typed_ok = F.expr(
-        "m.session <> '' AND m.seq >= 0 AND m.type IN ('snapshot', 'update', 'end') "
-        f"AND {_in_range('try_cast(m.ts AS TIMESTAMP)')} AND NOT (m.type = 'end' AND size(m.rows) > 0)")
+        "typed_message.session <> '' AND typed_message.seq >= 0 "
+        "AND typed_message.type IN ('snapshot', 'update', 'end') "
+        f"AND {_in_range('try_cast(typed_message.ts AS TIMESTAMP)')} "
+        "AND NOT (typed_message.type = 'end' AND size(typed_message.rows) > 0)")
     return F.coalesce(shape_ok & typed_ok, F.lit(False))
 
 
 def _vouched_row_error(schema: RowSchema) -> Column:
-    """A vouched message's row error, from its typed row ``t``: the checked path's checks that its
-    shape cannot rule out, in the same order and with the same words."""
-    op = "try_variant_get(t.op, '$', 'string')"
-    checks = [
-        ("t IS NULL", "'] is not an object'"),
-        ("t.id IS NULL OR t.id = ''", "'].id must be a non-empty string'"),
-        (f"t.op IS NOT NULL AND coalesce({op} NOT IN ('upsert', 'delete'), true)",
-         "'].op must be upsert or delete'"),
-        (f"{op} <=> 'delete' AND t.`values` IS NOT NULL",
-         "'] is a delete and carries values'"),
-    ]
+    """A vouched message's row error, from its ``typed_row``: the checks its shape cannot rule out."""
+    op = "try_variant_get(typed_row.op, '$', 'string')"
+    conditions = {
+        "not_object": "typed_row IS NULL",
+        "id": "typed_row.id IS NULL OR typed_row.id = ''",
+        "op": f"typed_row.op IS NOT NULL AND coalesce({op} NOT IN ('upsert', 'delete'), true)",
+        "delete_with_values": f"{op} <=> 'delete' AND typed_row.`values` IS NOT NULL",
+    }
     for c in schema.columns:
         if c.type == "timestamp":  # the column itself is the string cast (``_typed_value``)
-            v = f"t.`values`.`{c.name}`"
-            checks.append((
-                f"{v} IS NOT NULL AND `{c.name}` IS NULL",
-                f"concat('].values.{c.name} expects timestamp, got STRING ', "
-                f"substr(to_json(CAST({v} AS VARIANT)), 1, 60))"))
-            checks.append(_out_of_range(f"].values.{c.name}", f"`{c.name}`", v))
-    return _first_row_error(checks)
+            conditions[("type", c.name)] = f"{_typed_row_value(c.name)} IS NOT NULL AND `{c.name}` IS NULL"
+            conditions[("range", c.name)] = _outside_range(f"`{c.name}`")
+    reasons = _row_reasons(schema, json_type=lambda name: "'STRING'",
+                           value_json=lambda name: f"to_json(CAST({_typed_row_value(name)} AS VARIANT))",
+                           value_text=_typed_row_value)
+    return _first_row_error(reasons, conditions)
 
 
 def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True) -> DataFrame:
@@ -249,36 +295,40 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
     env = env.select("*", F.expr("NOT is_valid_utf8(text)").alias("bad_value"))
     env = env.select("*", F.expr("CASE WHEN bad_value THEN NULL ELSE text END").alias("json"))
     env = env.select("*", F.expr("try_parse_json(json)").alias("parsed"),
-                     F.from_json("json", _typed_ddl(schema)).alias("m") if fast_path
-                     else F.lit(None).cast(_typed_ddl(schema)).alias("m"))
+                     F.from_json("json", _typed_ddl(schema)).alias("typed_message") if fast_path
+                     else F.lit(None).cast(_typed_ddl(schema)).alias("typed_message"))
     env = env.select("*", (_vouched(schema) if fast_path else F.lit(False)).alias("msg_ok"))
-    # The checked path reads ``v``: null for a vouched message, so each check costs a null test.
-    env = env.select("*", F.expr("CASE WHEN msg_ok THEN NULL ELSE parsed END").alias("v"))
+    # The checked path reads ``message_variant``: null for a vouched message, so each check costs a
+    # null test.
+    env = env.select("*", F.expr("CASE WHEN msg_ok THEN NULL ELSE parsed END").alias("message_variant"))
     env = env.select(
         "*",
-        F.expr("try_variant_get(v, '$', 'map<string,variant>')").alias("fields"),
-        *_field_types("v", SCALAR_ENVELOPE_FIELDS, "t_"),
-        _has("v", "rows").alias("has_rows"),
-        _get("v", "$.session", "string").alias("session"),
-        _get("v", "$.seq", "bigint").alias("seq"),
-        _get("v", "$.type", "string").alias("type"),
-        _get("v", "$.ts", "timestamp").alias("event_ts"),
-        F.expr("try_variant_get(v, '$.rows', 'array<variant>')").alias("rows"),
-    ).withColumn("unknown_field", _unknown_key("fields", ENVELOPE_FIELDS))
+        F.expr("try_variant_get(message_variant, '$', 'map<string,variant>')").alias("message_fields"),
+        *_field_types("message_variant", SCALAR_ENVELOPE_FIELDS, "json_type_"),
+        _has("message_variant", "rows").alias("has_rows"),
+        _get("message_variant", "$.session", "string").alias("session"),
+        _get("message_variant", "$.seq", "bigint").alias("seq"),
+        _get("message_variant", "$.type", "string").alias("type"),
+        _get("message_variant", "$.ts", "timestamp").alias("event_ts"),
+        F.expr("try_variant_get(message_variant, '$.rows', 'array<variant>')").alias("rows"),
+    ).withColumn("unknown_field", _unknown_key("message_fields", ENVELOPE_FIELDS))
 
     env_error = _interpreted(_first_error([
-        ("v IS NULL", "'value is not valid JSON'"),
-        ("fields IS NULL", "concat('value is a JSON ', schema_of_variant(v), ', not an object')"),
+        ("message_variant IS NULL", "'value is not valid JSON'"),
+        ("message_fields IS NULL",
+         "concat('value is a JSON ', schema_of_variant(message_variant), ', not an object')"),
         ("unknown_field IS NOT NULL", "concat('unknown field ', unknown_field)"),
-        ("t_session IS DISTINCT FROM 'STRING'", "'session must be a string'"),
+        ("json_type_session IS DISTINCT FROM 'STRING'", "'session must be a string'"),
         ("session = ''", "'session must be a non-empty string'"),
-        (f"coalesce(t_seq NOT IN {_INTEGER}, true)", "'seq must be an integer'"),
+        (f"coalesce(json_type_seq NOT IN {_INTEGER}, true)", "'seq must be an integer'"),
         ("seq < 0", "'seq must not be negative'"),
-        ("t_type IS DISTINCT FROM 'STRING' OR coalesce(type NOT IN ('snapshot', 'update', 'end'), true)",
+        ("json_type_type IS DISTINCT FROM 'STRING' "
+         "OR coalesce(type NOT IN ('snapshot', 'update', 'end'), true)",
          "concat('type must be snapshot, update or end, got ', "
-         "coalesce(to_json(variant_get(v, '$.type')), 'nothing'))"),
-        ("t_ts IS DISTINCT FROM 'STRING' OR event_ts IS NULL", "'ts must be an RFC 3339 timestamp string'"),
-        _out_of_range("ts", "event_ts", "try_variant_get(v, '$.ts', 'string')"),
+         "coalesce(to_json(variant_get(message_variant, '$.type')), 'nothing'))"),
+        ("json_type_ts IS DISTINCT FROM 'STRING' OR event_ts IS NULL",
+         "'ts must be an RFC 3339 timestamp string'"),
+        _out_of_range("ts", "event_ts", "try_variant_get(message_variant, '$.ts', 'string')"),
         ("has_rows AND rows IS NULL", "'rows must be an array'"),
         ("type = 'end' AND size(rows) > 0", "'an end message carries no rows'"),
     ]))
@@ -286,61 +336,59 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
     # rows, each beside its typed twin where from_json has one (it is not used there).
     env = env.select(
         "*",
-        F.expr("CASE WHEN msg_ok THEN array_repeat(CAST(NULL AS VARIANT), size(m.rows)) ELSE rows END").alias("vr"),
-        F.expr(f"CASE WHEN msg_ok THEN m.rows ELSE slice(coalesce(m.rows, CAST(array() AS "
-               f"{_typed_rows_ddl(schema)})), 1, size(rows)) END").alias("tr"),
+        F.expr("CASE WHEN msg_ok THEN array_repeat(CAST(NULL AS VARIANT), size(typed_message.rows)) "
+               "ELSE rows END").alias("row_variants"),
+        F.expr(f"CASE WHEN msg_ok THEN typed_message.rows ELSE slice(coalesce(typed_message.rows, "
+               f"CAST(array() AS {_typed_rows_ddl(schema)})), 1, size(rows)) END").alias("typed_rows"),
     )
     env = env.select("topic", "partition", "offset", "kafka_ts", "key", "bad_key", "bad_value", "msg_ok",
-                     _fast_or_checked("m.session", "session"), _fast_or_checked("m.seq", "seq"),
-                     _fast_or_checked("m.type", "type"),
-                     _fast_or_checked("try_cast(m.ts AS TIMESTAMP)", "event_ts"),
+                     _fast_or_checked("typed_message.session", "session"),
+                     _fast_or_checked("typed_message.seq", "seq"),
+                     _fast_or_checked("typed_message.type", "type"),
+                     _fast_or_checked("try_cast(typed_message.ts AS TIMESTAMP)", "event_ts"),
                      F.when(~F.col("msg_ok"), env_error).alias("env_error"),
-                     F.posexplode_outer(F.arrays_zip("vr", "tr")).alias("row_pos", "pair"))
-    env = env.select("*", F.col("pair.vr").alias("r"), F.col("pair.tr").alias("t"))
+                     F.posexplode_outer(F.arrays_zip("row_variants", "typed_rows")).alias("row_pos", "row_pair"))
+    env = env.select("*", F.col("row_pair.row_variants").alias("row_variant"),
+                     F.col("row_pair.typed_rows").alias("typed_row"))
 
     rows = env.select(
         "*",
-        F.expr("try_variant_get(r, '$', 'map<string,variant>')").alias("rfields"),
-        *_field_types("r", SCALAR_ROW_FIELDS, "t_"),
-        _has("r", "values").alias("has_values"),
-        _fast_or_checked("t.id", _get("r", "$.id", "string"), "row_id"),
-        _fast_or_checked("try_variant_get(t.op, '$', 'string')", _get("r", "$.op", "string"), "op_raw"),
-        F.expr("try_variant_get(r, '$.values', 'map<string,variant>')").alias("vfields"),
-        *_field_types("r", [f"values.{c}" for c in schema.names], "t_"),
-        *[_fast_or_checked(_typed_value(c), _get("r", f"$.values.{c.name}", c.spark_ddl), c.name)
+        F.expr("try_variant_get(row_variant, '$', 'map<string,variant>')").alias("row_fields"),
+        *_field_types("row_variant", SCALAR_ROW_FIELDS, "json_type_"),
+        _has("row_variant", "values").alias("has_values"),
+        _fast_or_checked("typed_row.id", _get("row_variant", "$.id", "string"), "row_id"),
+        _fast_or_checked("try_variant_get(typed_row.op, '$', 'string')", _get("row_variant", "$.op", "string"),
+                         "op_raw"),
+        F.expr("try_variant_get(row_variant, '$.values', 'map<string,variant>')").alias("values_fields"),
+        *_field_types("row_variant", [f"values.{c}" for c in schema.names], "json_type_"),
+        *[_fast_or_checked(_typed_value(c), _get("row_variant", f"$.values.{c.name}", c.spark_ddl), c.name)
           for c in schema.columns],
     )
     rows = rows.select(
         "*",
-        _unknown_key("rfields", ROW_FIELDS).alias("unknown_row_field"),
-        _unknown_key("vfields", schema.names).alias("unknown_column"),
+        _unknown_key("row_fields", ROW_FIELDS).alias("unknown_row_field"),
+        _unknown_key("values_fields", schema.names).alias("unknown_column"),
     )
-    checks = [
-        ("rfields IS NULL", "'] is not an object'"),
-        ("unknown_row_field IS NOT NULL",
-         "concat('] has unknown field ', unknown_row_field)"),
-        ("t_id IS DISTINCT FROM 'STRING' OR row_id = ''",
-         "'].id must be a non-empty string'"),
-        ("t_op IS NOT NULL AND (t_op <> 'STRING' OR op_raw NOT IN ('upsert', 'delete'))",
-         "'].op must be upsert or delete'"),
-        ("op_raw = 'delete' AND has_values",
-         "'] is a delete and carries values'"),
-        ("has_values AND vfields IS NULL",
-         "'].values must be an object'"),
-        ("unknown_column IS NOT NULL",
-         "concat('].values has unknown column ', unknown_column)"),
-    ]
+    conditions = {
+        "not_object": "row_fields IS NULL",
+        "unknown_field": "unknown_row_field IS NOT NULL",
+        "id": "json_type_id IS DISTINCT FROM 'STRING' OR row_id = ''",
+        "op": "json_type_op IS NOT NULL AND (json_type_op <> 'STRING' OR op_raw NOT IN ('upsert', 'delete'))",
+        "delete_with_values": "op_raw = 'delete' AND has_values",
+        "values_not_object": "has_values AND values_fields IS NULL",
+        "unknown_column": "unknown_column IS NOT NULL",
+    }
     for col in schema.columns:
-        t = f"`t_values.{col.name}`"
-        checks.append((
-            f"{_present(t)} AND NOT {_column_ok(col, t)}",
-            f"concat('].values.{col.name} expects {col.type}, got ', {t}, ' ', "
-            f"substr(to_json(variant_get(r, '$.values.{col.name}')), 1, 60))",
-        ))
+        json_type = _value_json_type(col.name)
+        conditions[("type", col.name)] = f"{_present(json_type)} AND NOT {_column_ok(col, json_type)}"
         if col.type == "timestamp":
-            checks.append(_out_of_range(f"].values.{col.name}", f"`{col.name}`",
-                                        f"try_variant_get(r, '$.values.{col.name}', 'string')"))
-    checked = F.coalesce(F.col("env_error"), F.when(F.col("r").isNotNull(), _interpreted(_first_row_error(checks))))
+            conditions[("range", col.name)] = _outside_range(f"`{col.name}`")
+    reasons = _row_reasons(
+        schema, json_type=_value_json_type,
+        value_json=lambda name: f"to_json(variant_get(row_variant, '$.values.{name}'))",
+        value_text=lambda name: f"try_variant_get(row_variant, '$.values.{name}', 'string')")
+    checked = F.coalesce(F.col("env_error"), F.when(F.col("row_variant").isNotNull(),
+                                                    _interpreted(_first_row_error(reasons, conditions))))
     vouched = F.when(F.col("row_pos").isNotNull(), _vouched_row_error(schema))
     error = F.when(F.col("msg_ok"), vouched).otherwise(checked)
     record_error = F.when(F.col("bad_key"), F.lit("Kafka key is not valid UTF-8")).when(

@@ -9,8 +9,9 @@ spelled; ``run`` records it on the tables (``reconstructor.writer``) before its 
 
 After the append, the ``current_rows`` and ``sessions`` MERGEs run side by side: each is its own
 Delta transaction on its own table, and much of a MERGE is driver-side planning and commit that
-the other can fill.  Delta takes the idempotent-DML settings from the session conf, so each MERGE
-thread writes through its own ``SparkSession`` (same context and cache, own conf).
+the other can fill.  Delta takes the idempotent-DML settings from the SparkSession's conf, so each
+MERGE thread writes through its own ``SparkSession`` (same context and cache, own conf; see
+``reconstructor.spark.transactions``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
@@ -31,46 +32,35 @@ from reconstructor.core.violations import IntegrityViolation
 from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, refusal, replays_of,
                                        with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError, error_line
+from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS,
+                                  SESSION_FIELDS, SESSION_INFO_DDL, SESSION_INFO_FIELDS, SESSIONS,
+                                  SESSIONS_DDL, SESSIONS_FIELDS, TABLES, RecordKind, SessionField,
+                                  column_names, current_rows_ddl, row_changes_ddl, table_path)
 from reconstructor.schema import RowSchema
-from reconstructor.spark.stateful import (CHANGE_RECORD, CURRENT_RECORD, SESSION_INFO_DDL, SESSION_RECORD,
-                                          VIOLATION_RECORD)
+from reconstructor.spark.compaction import compact_live_tables
+from reconstructor.spark.transactions import IdempotentDml, side_by_side, spark_like
 
-ROW_CHANGES, CURRENT_ROWS, SESSIONS = "row_changes", "current_rows", "sessions"
-TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS)
 # current_rows and sessions are MERGEd every batch; bin-pack them between batches this often.
 LIVE_COMPACTION_EVERY = 50
 # How long a batch waits for ``set_query_id`` (called right after ``writer.start()`` returns).
 QUERY_ID_WAIT_S = 600
 
-
-def row_changes_ddl(schema: RowSchema) -> str:
-    return ("topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL, "
-            "session STRING NOT NULL, seq BIGINT NOT NULL, type STRING NOT NULL, row_pos INT, "
-            "row_id STRING NOT NULL, op STRING NOT NULL, " + schema.spark_ddl()
-            + ", event_ts TIMESTAMP, kafka_ts TIMESTAMP, hour STRING NOT NULL")
+# A session record's ``info``, parsed: a struct column of the session's fields.
+SESSION_INFO = "session_info"
 
 
-def current_rows_ddl(schema: RowSchema) -> str:
-    return ("topic STRING NOT NULL, session STRING NOT NULL, row_id STRING NOT NULL, "
-            + schema.spark_ddl()
-            + ", partition INT, seq BIGINT NOT NULL, offset BIGINT NOT NULL, updated_at TIMESTAMP")
+def _is(kind: RecordKind) -> Column:
+    """The output record is of ``kind``."""
+    return F.col("record") == kind.value
 
 
-SESSIONS_DDL = (
-    "topic STRING NOT NULL, session STRING NOT NULL, partition INT, status STRING NOT NULL, "
-    "first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, snapshot_seq BIGINT, "
-    "snapshot_offset BIGINT, row_count BIGINT, started_ts TIMESTAMP, last_event_ts TIMESTAMP, "
-    "updated_at TIMESTAMP"
-)
-
-
-def table_path(output: str, name: str) -> str:
-    return f"{output.rstrip('/')}/{name}"
-
-
-def _names(ddl_or_struct) -> list[str]:
-    struct = ddl_or_struct if isinstance(ddl_or_struct, StructType) else StructType.fromDDL(ddl_or_struct)
-    return [f.name for f in struct.fields]
+def _session_column(field: SessionField) -> Column:
+    """A ``sessions`` column from a session record: its partition column, else its info's field (a
+    time from epoch microseconds)."""
+    if field not in SESSION_INFO_FIELDS:
+        return F.col(field.name).alias(field.column)
+    value = F.col(f"{SESSION_INFO}.{field.name}")
+    return (F.timestamp_micros(value) if field.is_time else value).alias(field.column)
 
 
 @dataclass
@@ -117,7 +107,7 @@ class DeltaSinks:
                               replays_of(props.get(REPLAYS_PROPERTY)))
 
         try:
-            found = _side_by_side(self.spark, *[functools.partial(read, name) for name in TABLES])
+            found = side_by_side(self.spark, *[functools.partial(read, name) for name in TABLES])
         except Exception as exc:  # noqa: BLE001 - any failure here is the output's
             raise ReconstructorError(
                 f"cannot read the output tables under {self.output}: {error_line(exc)}") from exc
@@ -166,7 +156,7 @@ class DeltaSinks:
             builder.execute()
 
         # Three independent tables: create them side by side (mostly driver round trips).
-        _side_by_side(self.spark, *[functools.partial(create, *spec) for spec in specs])
+        side_by_side(self.spark, *[functools.partial(create, *spec) for spec in specs])
 
     def start_creating_tables(self) -> None:
         """``ensure_tables`` in the background; ``await_tables`` and the first write wait for it.
@@ -196,12 +186,12 @@ class DeltaSinks:
         try:
             # One pass computes the batch (the stateful step runs once, into the cache) and answers
             # every question asked before writing: empty? a violation? sessions that closed?
-            is_session = F.col("record") == SESSION_RECORD
+            is_session = _is(RecordKind.SESSION)
             stats = batch.agg(
                 F.count(F.lit(1)).alias("records"),
                 # Of several sessions' violations, the first record in Kafka order: the one a
                 # run with smaller micro-batches would have stopped at.
-                F.min_by("info", F.when(F.col("record") == VIOLATION_RECORD,
+                F.min_by("info", F.when(_is(RecordKind.VIOLATION),
                                         F.struct("topic", "partition", "offset"))).alias("violation"),
                 F.count(F.when(is_session & (F.get_json_object("info", "$.status") != "open"), 1))
                 .alias("closed"),
@@ -213,20 +203,17 @@ class DeltaSinks:
                 raise IntegrityViolationError(self.violation)
             self.await_tables()
             self._record_writer()
-            changes = batch.filter(F.col("record") == CHANGE_RECORD)
-            current = batch.filter(((F.col("record") == CHANGE_RECORD) & F.col("is_latest"))
-                                   | (F.col("record") == CURRENT_RECORD))
-            sessions = (batch.filter(F.col("record") == SESSION_RECORD)
-                        .withColumn("s", F.from_json("info", SESSION_INFO_DDL)))
+            changes = batch.filter(_is(RecordKind.CHANGE))
+            current = batch.filter((_is(RecordKind.CHANGE) & F.col("is_latest")) | _is(RecordKind.CURRENT))
+            sessions = (batch.filter(_is(RecordKind.SESSION))
+                        .withColumn(SESSION_INFO, F.from_json("info", SESSION_INFO_DDL)))
             self._append_changes(changes, batch_id)
-            _side_by_side(
+            side_by_side(
                 self.spark,
                 lambda: self._write_current_rows(current, sessions, batch_id, closed=stats.closed > 0),
                 lambda: self._write_sessions(sessions, batch_id),
             )
             if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
-                from reconstructor.spark.compaction import compact_live_tables
-
                 compact_live_tables(self.spark, self.output)
         finally:
             batch.unpersist()
@@ -249,7 +236,7 @@ class DeltaSinks:
             key, value = changes[name]
             self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` SET TBLPROPERTIES ('{key}' = '{value}')")
 
-        _side_by_side(self.spark, *[functools.partial(record, name) for name in changes])
+        side_by_side(self.spark, *[functools.partial(record, name) for name in changes])
         self._claimed = True
 
     def _write_current_rows(self, current: DataFrame, sessions: DataFrame, batch_id: int,
@@ -265,21 +252,21 @@ class DeltaSinks:
             self._merge_sessions(sessions)
 
     def _writer(self, table: str) -> SparkSession:
-        """The session that writes ``table``: its own SQL conf, because Delta takes the
-        idempotent-DML settings from the session and two tables are written at once."""
+        """The SparkSession that writes ``table``: its own SQL conf, because Delta takes the
+        idempotent-DML settings from it and two tables are written at once."""
         if table not in self._writers:
-            self._writers[table] = _session_like(self.spark)
+            self._writers[table] = spark_like(self.spark)
         return self._writers[table]
 
     def _append_changes(self, changes: DataFrame, batch_id: int) -> None:
-        cols = _names(row_changes_ddl(self.schema))
+        cols = column_names(ROW_CHANGES_FIELDS, self.schema)
         out = changes.withColumn("hour", F.date_format("kafka_ts", "yyyy-MM-dd-HH")).select(*cols)
         if self.dedupe_changes:
             with self._txn(batch_id, ROW_CHANGES):
-                (DeltaTable.forPath(self._writer(ROW_CHANGES), self.path(ROW_CHANGES)).alias("t")
-                 .merge(out.alias("s"), "t.hour = s.hour AND t.topic = s.topic AND "
-                        "t.partition = s.partition AND t.offset = s.offset AND "
-                        "t.row_pos = s.row_pos AND t.row_id = s.row_id")
+                (DeltaTable.forPath(self._writer(ROW_CHANGES), self.path(ROW_CHANGES)).alias("target")
+                 .merge(out.alias("source"), "target.hour = source.hour AND target.topic = source.topic AND "
+                        "target.partition = source.partition AND target.offset = source.offset AND "
+                        "target.row_pos = source.row_pos AND target.row_id = source.row_id")
                  .whenNotMatchedInsertAll()
                  .execute())
             return
@@ -290,82 +277,43 @@ class DeltaSinks:
 
     def _merge_current_rows(self, current: DataFrame) -> None:
         # The last change of each touched row in this batch; older batches are fenced off by seq.
-        cols = _names(current_rows_ddl(self.schema))
+        cols = column_names(CURRENT_ROWS_FIELDS, self.schema)
         source = current.withColumn("updated_at", F.col("event_ts")).select(*cols, "op")
         target = DeltaTable.forPath(self._writer(CURRENT_ROWS), self.path(CURRENT_ROWS))
-        assign = {c: f"s.`{c}`" for c in cols}
-        (target.alias("t").merge(
-            source.alias("s"),
-            "t.topic = s.topic AND t.session = s.session AND t.row_id = s.row_id")
-         .whenMatchedDelete(condition="s.op = 'delete' AND s.seq >= t.seq")
-         .whenMatchedUpdate(condition="s.seq >= t.seq", set=assign)
-         .whenNotMatchedInsert(condition="s.op <> 'delete'", values=assign)
+        assign = {c: f"source.`{c}`" for c in cols}
+        (target.alias("target").merge(
+            source.alias("source"),
+            "target.topic = source.topic AND target.session = source.session AND target.row_id = source.row_id")
+         .whenMatchedDelete(condition="source.op = 'delete' AND source.seq >= target.seq")
+         .whenMatchedUpdate(condition="source.seq >= target.seq", set=assign)
+         .whenNotMatchedInsert(condition="source.op <> 'delete'", values=assign)
          .execute())
 
     def _delete_closed_sessions(self, sessions: DataFrame) -> None:
         """A session that ended or timed out leaves the live table."""
-        closed = sessions.filter(F.col("s.status") != "open").select("topic", "session", "seq")
+        closed = sessions.filter(F.col(f"{SESSION_INFO}.status") != "open").select("topic", "session", "seq")
         target = DeltaTable.forPath(self._writer(CURRENT_ROWS), self.path(CURRENT_ROWS))
-        (target.alias("t").merge(closed.alias("s"), "t.topic = s.topic AND t.session = s.session")
-         .whenMatchedDelete(condition="t.seq <= s.seq")
+        (target.alias("target").merge(closed.alias("source"),
+                                      "target.topic = source.topic AND target.session = source.session")
+         .whenMatchedDelete(condition="target.seq <= source.seq")
          .execute())
 
     def _merge_sessions(self, sessions: DataFrame) -> None:
         source = sessions.select(
-            "topic", "session", "partition",
-            *[F.col(f"s.{c}").alias(c) for c in (
-                "status", "first_seq", "last_seq", "last_offset", "snapshot_seq",
-                "snapshot_offset", "row_count")],
-            F.timestamp_micros("s.started_us").alias("started_ts"),
-            F.timestamp_micros("s.last_event_us").alias("last_event_ts"),
+            "topic", "session", *[_session_column(f) for f in SESSION_FIELDS],
             F.current_timestamp().alias("updated_at"),
         )
-        cols = _names(SESSIONS_DDL)
-        assign = {c: f"s.`{c}`" for c in cols}
+        cols = column_names(SESSIONS_FIELDS)
+        assign = {c: f"source.`{c}`" for c in cols}
         target = DeltaTable.forPath(self._writer(SESSIONS), self.path(SESSIONS))
-        (target.alias("t").merge(source.alias("s"), "t.topic = s.topic AND t.session = s.session")
-         .whenMatchedUpdate(condition="s.last_seq >= t.last_seq OR t.status <> 'open'", set=assign)
+        (target.alias("target").merge(source.alias("source"),
+                                      "target.topic = source.topic AND target.session = source.session")
+         .whenMatchedUpdate(condition="source.last_seq >= target.last_seq OR target.status <> 'open'",
+                            set=assign)
          .whenNotMatchedInsertAll()
          .execute())
 
     def _txn(self, batch_id: int, table: str, step: str = ""):
         """Idempotency for one Delta transaction on ``table``; ``step`` tells apart a second one
         on the same table in the same batch."""
-        return _DeltaTxn(self._writer(table), f"{self.app_id}-{table}{step}", batch_id)
-
-
-def _session_like(spark: SparkSession) -> SparkSession:
-    """A session on the same context with the same runtime SQL settings (``newSession`` alone
-    starts from the context's conf, without settings made since)."""
-    session = spark.newSession()
-    for key, value in spark.conf.getAll.items():
-        if spark.conf.isModifiable(key):
-            session.conf.set(key, value)
-    return session
-
-
-def _side_by_side(spark: SparkSession, *writes) -> list:
-    """Run independent table writes in threads that inherit the caller's job group (stopping the
-    query cancels them too); wait for all; raise the first failure, else return their results."""
-    if not writes:
-        return []
-    with ThreadPoolExecutor(len(writes), thread_name_prefix="delta-sink") as pool:
-        futures = [pool.submit(inheritable_thread_target(spark)(write)) for write in writes]
-    return [future.result() for future in futures]
-
-
-class _DeltaTxn:
-    """Delta's idempotent-DML session settings for one MERGE, reset afterwards."""
-
-    def __init__(self, spark: SparkSession, app_id: str, version: int):
-        self.spark, self.app_id, self.version = spark, app_id, version
-
-    def __enter__(self):
-        self.spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
-        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(self.version))
-        return self
-
-    def __exit__(self, *exc):
-        self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
-        return False
+        return IdempotentDml(self._writer(table), f"{self.app_id}-{table}{step}", batch_id)

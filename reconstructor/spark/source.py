@@ -25,8 +25,8 @@ def anchored(pattern: str) -> str:
 # A task reads a bounded offset range, and the consumer keeps one fetch in flight beyond it.  When
 # the range ends at the end of the log (every available-now batch, and most streaming ones), the
 # broker holds that fetch for ``fetch.max.wait.ms`` (500 ms by default) waiting for data, and the task
-# waits with it: 0.5 s per partition per batch, 2 s of a 40k-message batch over 8 partitions on
-# 2 cores.  10 ms only costs more fetch requests while there is nothing to read.
+# waits with it, once per partition per batch.  10 ms only costs more fetch requests while there is
+# nothing to read.
 CONSUMER_DEFAULTS = {"fetch.max.wait.ms": "10"}
 
 

@@ -10,11 +10,9 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from reconstructor.output import SESSION_FIELDS, STATE_FIELDS
 from reconstructor.schema import RowSchema
 from reconstructor.spark.stateful import state_from_tuple
-
-STATE_FIELDS = ("partition", "status", "first_seq", "last_seq", "last_offset", "snapshot_seq",
-                "snapshot_offset", "started_us", "last_event_us", "row_count", "table")
 
 
 def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session: str,
@@ -25,15 +23,12 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
     spark.streams.active  # noqa: B018
     states = spark.read.format("statestore").load(checkpoint)
     rows = (states.where((F.col("key.topic") == topic) & (F.col("key.group_session") == session))
-            .select(*[F.col(f"value.groupState.{f}").alias(f) for f in STATE_FIELDS])
+            .select(*[F.col(f"value.groupState.{f.name}").alias(f.name) for f in STATE_FIELDS])
             .collect())
     if not rows:
         return None
     state = state_from_tuple(tuple(rows[0]), schema)
-    info = {
-        "topic": topic, "session": session, "partition": state.partition, "status": state.status.value,
-        "first_seq": state.first_seq, "last_seq": state.last_seq, "last_offset": state.last_offset,
-        "snapshot_seq": state.snapshot_seq, "snapshot_offset": state.snapshot_offset,
-        "row_count": state.row_count,
-    }
+    # The session's scalars as ``sessions`` holds them, its times aside.
+    info = {"topic": topic, "session": session,
+            **{f.column: getattr(state, f.attribute) for f in SESSION_FIELDS if not f.is_time}}
     return info, state.table.sort_index()

@@ -26,39 +26,15 @@ from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.frames import INPUT
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
+from reconstructor.output import (RECORD_FIELDS, SESSION_INFO_FIELDS, STATE_DDL, STATE_FIELDS, RecordKind, SessionField,
+                                  column_names, records_ddl)
 from reconstructor.schema import RowSchema
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
 warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty or all-NA.*")
 
-# A change goes to row_changes (and, when ``is_latest``, to current_rows); a current row to
-# current_rows only (a resumed session's rows back); a session row to sessions.
-CHANGE_RECORD, CURRENT_RECORD, SESSION_RECORD, VIOLATION_RECORD = "change", "current", "session", "violation"
-
 # How long a silent session's state is kept after its timeout, unless configured: a week.
 DEFAULT_STATE_RETENTION_MS = 7 * 86_400_000
-
-# Scalars of the session state, then the table blob (null once an ended session timed out).  Times are epoch microseconds (UTC), so the
-# state never depends on a session or machine time zone.
-STATE_DDL = (
-    "partition INT, status STRING, first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, "
-    "snapshot_seq BIGINT, snapshot_offset BIGINT, started_us BIGINT, last_event_us BIGINT, "
-    "row_count BIGINT, table BINARY"
-)
-
-# A session record's fields travel as one JSON string in ``info`` (a violation record's text does
-# too): nine session columns would be nulls on every change row, paid for in pandas, in Arrow and
-# in the micro-batch cache.  Times are epoch microseconds (UTC), as in the state.
-SESSION_INFO_DDL = (
-    "status STRING, first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, snapshot_seq BIGINT, "
-    "snapshot_offset BIGINT, row_count BIGINT, started_us BIGINT, last_event_us BIGINT"
-)
-
-
-def output_ddl(schema: RowSchema) -> str:
-    change = ("record STRING, topic STRING, session STRING, partition INT, offset BIGINT, "
-              "seq BIGINT, type STRING, row_pos INT, row_id STRING, op STRING, is_latest BOOLEAN, ")
-    return change + schema.spark_ddl() + ", event_ts TIMESTAMP, kafka_ts TIMESTAMP, info STRING"
 
 
 def _us(ts) -> int | None:
@@ -71,12 +47,19 @@ def _from_us(us) -> pd.Timestamp | None:
     return None if us is None else pd.Timestamp(int(us), unit="us")
 
 
+def _state_value(state: SessionState, field: SessionField):
+    """A scalar field of the state as the state tuple and a session record's info hold it."""
+    value = getattr(state, field.attribute)
+    if field.is_time:
+        return _us(value)
+    return value.value if isinstance(value, SessionStatus) else value
+
+
 def state_to_tuple(state: SessionState, schema: RowSchema) -> tuple:
-    return (
-        state.partition, state.status.value, state.first_seq, state.last_seq, state.last_offset,
-        state.snapshot_seq, state.snapshot_offset, _us(state.started_ts), _us(state.last_event_ts),
-        state.row_count, dump_table(state.stored, schema),
-    )
+    """The state as Spark's ``GroupState`` holds it (``STATE_FIELDS``): its scalars, then its table's
+    Arrow blob."""
+    return tuple(dump_table(state.stored, schema) if f.name == "table" else _state_value(state, f)
+                 for f in STATE_FIELDS)
 
 
 def state_from_tuple(row, schema: RowSchema, with_table: bool = True) -> SessionState:
@@ -104,7 +87,7 @@ class SessionReconstructor:
         self.timeout_ms = int(session_timeout_ms)
         self.retention_ms = int(state_retention_ms)
         self.await_snapshot = await_snapshot
-        self.columns = [f.split(" ", 1)[0].strip("`") for f in _split_ddl(output_ddl(schema))]
+        self.columns = column_names(RECORD_FIELDS, schema)
         self._no_changes = columns_of(empty_changes(schema))
 
     def __call__(self, key, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
@@ -117,7 +100,7 @@ class SessionReconstructor:
                                await_snapshot=self.await_snapshot)
         if result.violation is not None:
             v = result.violation
-            yield self._frame({"record": [VIOLATION_RECORD], "topic": [topic], "session": [session],
+            yield self._frame({"record": [RecordKind.VIOLATION.value], "topic": [topic], "session": [session],
                                "partition": [v.partition], "offset": [v.offset],
                                "info": [v.to_json()]})
             return
@@ -159,17 +142,15 @@ class SessionReconstructor:
         """The group's output as one frame: its change rows (the last ``current`` of them rows for
         current_rows only), then its session row.
 
-        Built once from its columns, each in the change rows' dtype: a batch that touches many
-        sessions pays this per session, and pyspark concatenates all groups' frames, where a
-        second, differently typed frame per group would cost a copy and turn the batch's columns
-        to objects.
+        Built once from its columns, each in the change rows' dtype: pyspark concatenates all
+        groups' frames, where a second, differently typed frame per group would cost a copy and
+        turn the batch's columns to objects.
         """
-        info = {"status": status.value, "first_seq": s.first_seq, "last_seq": s.last_seq,
-                "last_offset": s.last_offset, "snapshot_seq": s.snapshot_seq,
-                "snapshot_offset": s.snapshot_offset, "row_count": row_count,
-                "started_us": _us(s.started_ts), "last_event_us": _us(s.last_event_ts)}
+        given = {"status": status.value, "row_count": row_count}
+        info = {f.name: given[f.name] if f.name in given else _state_value(s, f) for f in SESSION_INFO_FIELDS}
         n = len(changes["row_id"])
-        own = {"record": [CHANGE_RECORD] * (n - current) + [CURRENT_RECORD] * current + [SESSION_RECORD],
+        own = {"record": ([RecordKind.CHANGE.value] * (n - current) + [RecordKind.CURRENT.value] * current
+                          + [RecordKind.SESSION.value]),
                "topic": [topic] * (n + 1),
                "session": [session] * (n + 1), "info": [None] * n + [json.dumps(info)]}
         session_row = {"partition": s.partition, "offset": s.last_offset, "seq": s.last_seq}
@@ -204,10 +185,6 @@ def _plus_one(values, value):
 _NULL = {"O": None, "f": np.nan, "M": np.datetime64("NaT")}  # by numpy dtype kind
 
 
-def _split_ddl(ddl: str) -> list[str]:
-    return [part.strip() for part in ddl.split(",") if part.strip()]
-
-
 def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int,
                 await_snapshot: bool = False,
                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS) -> DataFrame:
@@ -216,7 +193,7 @@ def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: in
     inputs = records.select("topic", "group_session", *_input_columns(schema))
     return inputs.groupBy("topic", "group_session").applyInPandasWithState(
         fn,
-        outputStructType=output_ddl(schema),
+        outputStructType=records_ddl(schema),
         stateStructType=STATE_DDL,
         outputMode="append",
         timeoutConf=GroupStateTimeout.ProcessingTimeTimeout,

@@ -15,8 +15,8 @@ import pandas as pd
 from reconstructor.core import IntegrityViolation, ViolationKind
 from reconstructor.core.batch import process_batch
 from reconstructor.core.state import SessionStatus
-from reconstructor.spark.stateful import (CHANGE_RECORD, CURRENT_RECORD, SESSION_RECORD, VIOLATION_RECORD,
-                                          SessionReconstructor, state_from_tuple, state_to_tuple)
+from reconstructor.output import RecordKind
+from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple, state_to_tuple
 from tests.support.groupstate import group_state as _group_state
 from tests.support.model import SCHEMA, Msg, to_frame
 
@@ -48,7 +48,7 @@ def test_one_frame_per_group_change_rows_then_the_session_row_in_the_change_rows
     assert len(frames) == 1
     out = frames[0]
     assert list(out.columns) == fn.columns
-    assert list(out["record"]) == [CHANGE_RECORD, CHANGE_RECORD, SESSION_RECORD]
+    assert list(out["record"]) == [RecordKind.CHANGE, RecordKind.CHANGE, RecordKind.SESSION]
     assert list(out["row_id"][:2]) == ["a", "b"] and list(out["op"][:2]) == ["upsert", "delete"]
     assert list(out["is_latest"][:2]) == [True, True]
     session = out.iloc[-1]
@@ -72,12 +72,12 @@ def test_a_timed_out_session_is_one_session_row_and_a_violation_one_violation_ro
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
 
     (timed_out,) = call(fn, [], group_state(state, timed_out=True))
-    assert list(timed_out["record"]) == [SESSION_RECORD]
+    assert list(timed_out["record"]) == [RecordKind.SESSION]
     assert json.loads(timed_out["info"].iloc[0])["status"] == "timed_out"
 
     gap = [Msg(5, "update", offset=5, rows=[{"id": "a", "values": {}}])]
     (violation,) = call(fn, [typed(to_frame(gap))], group_state(state))
-    assert list(violation["record"]) == [VIOLATION_RECORD]
+    assert list(violation["record"]) == [RecordKind.VIOLATION]
     carried = IntegrityViolation.from_json(violation["info"].iloc[0])  # a record, not text to parse
     assert (carried.kind, carried.offset, carried.expected_seq, carried.found_seq) == (ViolationKind.GAP, 5, 1, 5)
     assert (violation["partition"].iloc[0], violation["offset"].iloc[0]) == (0, 5)
@@ -95,7 +95,7 @@ def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_s
 
     silent = group_state(state, timed_out=True)
     (out,) = call(fn, [], silent)
-    assert list(out["record"]) == [SESSION_RECORD]
+    assert list(out["record"]) == [RecordKind.SESSION]
     assert json.loads(out["info"].iloc[0])["status"] == "timed_out"
     # The state stays, with its table, until the retention has passed too.
     assert silent.exists and silent._timeout_timestamp == RETENTION_MS - 60_000
@@ -108,7 +108,7 @@ def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_s
     resumed = _group_state(silent.get)
     update = Msg(1, "update", offset=1, rows=[{"id": "a", "values": {"temperature": 2.0}}])
     (out,) = call(fn, [typed(to_frame([update]))], resumed)
-    assert list(out["record"]) == [CHANGE_RECORD, CURRENT_RECORD, SESSION_RECORD]
+    assert list(out["record"]) == [RecordKind.CHANGE, RecordKind.CURRENT, RecordKind.SESSION]
     assert list(out["row_id"][:2]) == ["a", "b"] and out["status"][1] == "kept"
     assert list(out["is_latest"][:2]) == [True, True]
     assert (out["seq"][1], out["offset"][1]) == (0, 0)  # the session's last record before its timeout
