@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import current_tables
+from tests.support.pipeline import current_tables
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names

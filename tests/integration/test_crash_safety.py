@@ -13,7 +13,7 @@ import pytest
 
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
+from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
                                                 produce, read_table, replayed_tables, run)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -13,7 +13,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.pipeline_support import read_table
+from tests.support.pipeline import read_table
 from tests.integration.test_cli_end_to_end import cli
 from tests.support.kafka import create_topics
 

@@ -7,7 +7,7 @@ import pytest
 from reconstructor.devstack.fleet import FleetSpec, expected_tables, inject, plan_fleet
 from reconstructor.errors import IntegrityViolationError
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
+from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
                                                 offsets_of, produce, read_table, replayed_tables, run)
 
 pytestmark = pytest.mark.integration

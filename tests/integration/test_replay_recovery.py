@@ -10,7 +10,7 @@ from reconstructor.cli import main as cli_main
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet, publish
 from reconstructor.devstack.producer import SensorProducer
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import (change_count, current_tables, expected_all, expected_open,
+from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
                                                 produce, read_table, replayed_tables, run)
 
 pytestmark = pytest.mark.integration

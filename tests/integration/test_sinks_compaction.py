@@ -11,7 +11,7 @@ from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet, publish
 from reconstructor.devstack.producer import SensorProducer
 from reconstructor.spark.compaction import Compactor
-from tests.integration.pipeline_support import expected_open, read_table, run
+from tests.support.pipeline import expected_open, read_table, run
 from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration
@@ -79,8 +79,8 @@ def _interval(progress: dict) -> tuple[float, float]:
 
 def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spark, run_id, tmp_path):
     from reconstructor import pipeline
-    from tests.integration.pipeline_support import caught_up, stream_config
-    from tests.integration.pipeline_support import current_tables, expected_all, replayed_tables
+    from tests.support.pipeline import caught_up, stream_config
+    from tests.support.pipeline import current_tables, expected_all, replayed_tables
     from tests.integration.test_reconstruct_pipeline import NAMES
 
     now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)

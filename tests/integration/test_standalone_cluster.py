@@ -29,7 +29,7 @@ from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet
 from reconstructor.devstack.standalone import Cluster, standalone_cluster
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import (
+from tests.support.pipeline import (
     assert_exact,
     current_tables,
     expected_open,

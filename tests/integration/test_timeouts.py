@@ -9,7 +9,7 @@ import pytest
 
 from reconstructor.core import ViolationKind
 from reconstructor.errors import IntegrityViolationError
-from tests.integration.pipeline_support import read_table, run
+from tests.support.pipeline import read_table, run
 from tests.integration.test_verdicts import send, snapshot, update
 from tests.support.kafka import create_topics
 

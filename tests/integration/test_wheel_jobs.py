@@ -20,7 +20,7 @@ import pytest
 from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import current_tables, expected_all, replayed_tables
+from tests.support.pipeline import current_tables, expected_all, replayed_tables
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

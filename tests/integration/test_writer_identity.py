@@ -11,7 +11,7 @@ from delta.tables import DeltaTable
 
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
-from tests.integration.pipeline_support import assert_exact, current_tables, expected_open, produce, run
+from tests.support.pipeline import assert_exact, current_tables, expected_open, produce, run
 from tests.integration.test_cli_end_to_end import cli
 
 pytestmark = pytest.mark.integration
