@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from reconstructor.schema import RowSchema
+from tests.support.cli import cli
 from tests.support.pipeline import current_tables
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "reconstructor", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stack, spark, run_id, tmp_path):

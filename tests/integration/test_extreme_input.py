@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.pipeline import read_table
-from tests.integration.test_cli_end_to_end import cli
+from tests.support.cli import cli
 from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,7 @@ import pytest
 from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet, publish
 from reconstructor.devstack.producer import SensorProducer
+from reconstructor.schema import RowSchema
 from reconstructor.spark.compaction import Compactor
 from tests.support.pipeline import expected_open, read_table, run
 from tests.support.kafka import create_topics
@@ -81,7 +82,7 @@ def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spar
     from reconstructor import pipeline
     from tests.support.pipeline import caught_up, stream_config
     from tests.support.pipeline import current_tables, expected_all, replayed_tables
-    from tests.integration.test_reconstruct_pipeline import NAMES
+    NAMES = RowSchema.load().names
 
     now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
     spec = FleetSpec(topic_prefix=f"sc{run_id}-sensor-", sensors=2, sessions_per_sensor=1, rows=10,

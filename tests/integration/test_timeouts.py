@@ -10,7 +10,7 @@ import pytest
 from reconstructor.core import ViolationKind
 from reconstructor.errors import IntegrityViolationError
 from tests.support.pipeline import read_table, run
-from tests.integration.test_verdicts import send, snapshot, update
+from tests.support.kafka import send, snapshot, update
 from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration

@@ -3,32 +3,13 @@ any session id (spaces, letters beyond ASCII, control characters)."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
-from confluent_kafka import Producer
 
-from tests.integration.test_cli_end_to_end import cli
-from tests.support.kafka import create_topics
+from tests.support.cli import cli
+from tests.support.kafka import create_topics, send, snapshot, update
 
 pytestmark = pytest.mark.integration
-
-
-def send(bootstrap: str, topic: str, session: str, messages: list[dict]) -> None:
-    """Publish ``messages`` of one session, keyed by it, in this order, to partition 0."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for m in messages:
-        value = {"session": session, "ts": "2026-11-23T10:00:00Z", "rows": [], **m}
-        producer.produce(topic, key=session.encode(), value=json.dumps(value).encode(), partition=0)
-    assert producer.flush(30) == 0
-
-
-def snapshot(seq: int) -> dict:
-    return {"seq": seq, "type": "snapshot", "rows": [{"id": "a", "values": {"status": "x"}}]}
-
-
-def update(seq: int, status: str) -> dict:
-    return {"seq": seq, "type": "update", "rows": [{"id": "a", "values": {"status": status}}]}
 
 
 def run_cli(bootstrap: str, pattern: str, tmp_path, name: str, *extra: str):

@@ -12,7 +12,7 @@ from delta.tables import DeltaTable
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
 from tests.support.pipeline import assert_exact, current_tables, expected_open, produce, run
-from tests.integration.test_cli_end_to_end import cli
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names

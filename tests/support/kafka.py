@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -11,3 +14,20 @@ def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
                                    for t, n in topics.items()])
     for topic, fut in futures.items():
         fut.result(30)
+
+
+def send(bootstrap: str, topic: str, session: str, messages: list[dict]) -> None:
+    """Publish ``messages`` of one session, keyed by it, in this order, to partition 0."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for m in messages:
+        value = {"session": session, "ts": "2026-11-23T10:00:00Z", "rows": [], **m}
+        producer.produce(topic, key=session.encode(), value=json.dumps(value).encode(), partition=0)
+    assert producer.flush(30) == 0
+
+
+def snapshot(seq: int) -> dict:
+    return {"seq": seq, "type": "snapshot", "rows": [{"id": "a", "values": {"status": "x"}}]}
+
+
+def update(seq: int, status: str) -> dict:
+    return {"seq": seq, "type": "update", "rows": [{"id": "a", "values": {"status": status}}]}
