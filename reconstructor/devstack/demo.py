@@ -3,6 +3,7 @@ the local stack).  The CLI imports this module only when one of them runs."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import os
@@ -13,8 +14,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from reconstructor import validate
-from reconstructor.cli import main as cli_main
+from reconstructor import commands, validate
 from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet, publish
 from reconstructor.devstack.producer import SensorProducer, librdkafka_logging
@@ -82,9 +82,7 @@ def demo(args) -> int:
     })
     output = f"{root}/tables"
     print(f"reconstructing into {output} (settings: {settings}) ...", flush=True)
-    code = cli_main(["run", "--config", str(settings), *(["-v"] if args.verbose else [])])
-    if code != 0:
-        return code
+    commands.run(argparse.Namespace(config=str(settings)))  # as `reconstructor run --config` does
     _summarise(output)
     reconstructor = command_prefix()
     config = shlex.quote(str(settings))
