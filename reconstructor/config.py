@@ -96,11 +96,11 @@ AVAILABLE_NOW = "available-now"
 _NAMED_TRIGGERS = (AVAILABLE_NOW, "availableNow", "once")
 COMPACTION_OFF = "off"  # compact_every: no in-stream compaction
 
-# Records per micro-batch unless set.  A batch pays a few seconds of fixed cost (three Delta
-# transactions, the state store commit) whatever its size, so larger batches cost less per update;
-# but a first run over a long backlog, uncapped, is one batch holding all of it in the batch cache
-# and in the state function's frames.  200,000 keeps a batch to tens of seconds and a few hundred MB
-# on a 2-core driver while the fixed cost stays a small share of it.
+# Records per micro-batch unless set.  A batch pays a fixed cost (three Delta transactions, the
+# state store commit) whatever its size, so larger batches cost less per update; but a first run
+# over a long backlog, uncapped, is one batch holding all of it in the batch cache and in the state
+# function's frames.  200,000 keeps a batch's memory to a few hundred MB on a small driver while
+# the fixed cost stays a small share of it.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 
 

@@ -101,9 +101,9 @@ def build_spark(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Rows per Arrow batch to and from the state function's Python workers (Spark's default is
-        # 10,000): fewer, larger batches cost pyspark less per row; a 40k-message batch ran about
-        # 0.5-1 s faster with 100,000 on 2 cores.  A session's rows still arrive in several frames
-        # when there are more.
+        # 10,000): fewer, larger batches cost pyspark less per row, and a group split over fewer
+        # frames costs the state function less to gather.  A session's rows still arrive in
+        # several frames when there are more.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.sql.shuffle.partitions": str(shuffle_partitions or _default_shuffle_partitions()),
         # Delta rebuilds a table's snapshot state with this many tasks, several times per batch
@@ -160,8 +160,9 @@ def _snapshot_partitions(master: str | None) -> str:
     Delta 4.4 rebuilds the previous version's state of every table in every batch (the
     idempotent-write check reads the table's transaction ids from it, and a MERGE lists the
     table's files from it): about six small jobs per batch for the three tables.  In local mode
-    one task each is cheaper than two (a 40k-message batch 0.4-0.8 s faster on 2 cores in
-    alternating runs); a cluster keeps one per driver core for the large ``row_changes`` log.
+    the tasks share the driver's cores with the batch itself, so one task each is cheaper than
+    several (docs/performance-log.md has the measurement); a cluster keeps one per driver core
+    for the large ``row_changes`` log.
     """
     if master is not None and master.startswith("local"):
         return "1"
@@ -170,9 +171,9 @@ def _snapshot_partitions(master: str | None) -> str:
 
 def _default_shuffle_partitions() -> int:
     # The stateful step's state is partitioned by shuffle partition: one per core keeps every core
-    # busy, and each more is one more RocksDB instance and Python task per batch (on 2 cores,
-    # 4 partitions made a 40k-message batch ~1 s slower than 2).  A checkpoint keeps the number it
-    # was created with; set ``shuffle_partitions`` to the cluster's cores.
+    # busy, and each more is one more RocksDB instance and Python task per batch, a fixed cost
+    # that buys nothing once the cores are busy.  A checkpoint keeps the number it was created
+    # with; set ``shuffle_partitions`` to the cluster's cores.
     return _driver_cores()
 
 
