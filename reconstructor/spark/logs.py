@@ -6,9 +6,10 @@ The driver JVM writes to the terminal through four channels, each silenced where
   passed as ``spark.driver.extraJavaOptions`` because log4j reads its configuration once, when the
   JVM starts.  That also drops Spark's "default log4j profile" banner, which it prints only when it
   falls back to its own configuration.
-- the JVM's own notices on stderr ("WARNING: Using incubator modules", printed by the module
-  system for the options Spark's launcher always adds, with no switch to turn it off): the JVM's
-  stderr is a pipe that forwards every other line.
+- notices printed on the JVM's stderr outside log4j ("WARNING: Using incubator modules", printed
+  by the module system for the options Spark's launcher always adds, and SLF4J's lines about its
+  own bindings), with no switch to turn them off: the JVM's stderr is a pipe that forwards every
+  other line.
 - the JVM's stdout carries nothing a command prints (commands print from Python), only libraries'
   console lines such as Delta's "Deleted 0 files" after a VACUUM: it goes to the null device.
 - py4j logs a failed query's Java stack trace, and Spark logs it again, while the CLI reports it in
@@ -35,8 +36,9 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 LEVEL_PROPERTY = "reconstructor.log.level"
 # Tests and jobs set the engine's level with this (``build_spark`` reads it); it wins here too.
 LEVEL_ENV = "RECON_SPARK_LOG_LEVEL"
-# Lines the JVM itself prints on stderr at start, whatever log4j says.
-JVM_NOTICES = (b"WARNING: Using incubator modules",)
+# Lines printed on the JVM's stderr whatever log4j says: the module system's notice, and the one
+# of the SLF4J 1 copy inside the AWS SDK bundle that finds no binding (so it logs nothing).
+JVM_NOTICES = (b"WARNING: Using incubator modules", b"SLF4J: ", b"SLF4J(")
 # Logs a failed query's stack trace, which the CLI reports as one line.
 QUERY_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
 
