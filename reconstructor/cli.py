@@ -10,11 +10,13 @@ import argparse
 import logging
 import sys
 import textwrap
+import traceback
 from typing import Sequence
 
 from reconstructor import commands
 from reconstructor import config as configuration
-from reconstructor.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ReconstructorError
+from reconstructor.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from reconstructor.failures import explain
 
 log = logging.getLogger("reconstructor")
 
@@ -41,7 +43,7 @@ def _add_common(p: argparse.ArgumentParser, *, kafka: bool = True, output: bool 
         p.add_argument("--checkpoint", metavar="URI", help="streaming checkpoint location (same storage as the output)")
     p.add_argument("--row-schema", metavar="FILE", help="row schema JSON (default: the bundled demo_sensor)")
     p.add_argument("--master", metavar="URL", help="Spark master (default: local[*] unless spark-submit set one)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log more (Spark stays at WARN)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more, with Spark's warnings and stack traces")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,12 +191,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return _dispatch(args)
-    except ReconstructorError as exc:
-        print(f"reconstructor: {exc}", file=sys.stderr)
-        return exc.exit_code
     except KeyboardInterrupt:
         print("reconstructor: interrupted", file=sys.stderr)
         return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - every failure ends as one line
+        failure = explain(exc, _config_or_none(args))
+        if getattr(args, "verbose", False) and (failure is not exc or exc.__cause__ is not None):
+            traceback.print_exception(exc)
+        print(f"reconstructor: {failure}", file=sys.stderr)
+        return failure.exit_code
 
 
 def _dispatch(args) -> int:
@@ -211,6 +216,15 @@ def _dispatch(args) -> int:
         "config": commands.config_show,
     }
     return handlers[args.command](args) or EXIT_OK
+
+
+def _config_or_none(args) -> configuration.Config | None:
+    """The settings a failure's line may name; none when they are what failed to load."""
+    try:
+        return configuration.from_args(args)
+    except Exception:  # noqa: BLE001
+        return None
+
 
 
 __all__ = ["main", "build_parser"]

@@ -23,28 +23,19 @@ log = logging.getLogger("reconstructor")
 
 
 def _spark(cfg: Config, app: str):
+    from reconstructor.spark import logs
     from reconstructor.spark.engine import S3Settings, build_spark
 
+    verbose = logging.getLogger().isEnabledFor(logging.INFO)  # -v
+    validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output, cfg.checkpoint)
     s3 = S3Settings(cfg.s3.endpoint, cfg.s3.region, cfg.s3.access_key, cfg.s3.secret_key,
                     bool(cfg.s3.path_style))
-    spark = build_spark(app, master=cfg.master, s3=s3, jars_dir=cfg.jars_dir or default_jars_dir(),
-                        shuffle_partitions=cfg.shuffle_partitions, conf=cfg.spark)
-    if not logging.getLogger().isEnabledFor(logging.INFO):  # not -v
-        _quiet_query_failures(spark)
+    logs.quiet_python(verbose)
+    with logs.jvm_output(verbose):
+        spark = build_spark(app, master=cfg.master, s3=s3, jars_dir=cfg.jars_dir or default_jars_dir(),
+                            shuffle_partitions=cfg.shuffle_partitions, conf=logs.driver_conf(cfg.spark, verbose))
+    logs.set_engine_level(spark, verbose)
     return spark
-
-
-def _quiet_query_failures(spark) -> None:
-    """The CLI reports a failed query in one line (exit 3 or 1); py4j's and Spark's own copies of
-    that error, a page of stack trace each, are left to ``-v``."""
-    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
-    try:
-        jvm = spark.sparkContext._jvm
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-            "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
-            jvm.org.apache.logging.log4j.Level.OFF)
-    except Exception:  # noqa: BLE001 - not classic Spark (Connect): leave its logging alone
-        pass
 
 
 def _validated_stream(cfg: Config) -> None:

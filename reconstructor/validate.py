@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import socket
 from pathlib import Path
 
 from reconstructor.config import Duration, duration_text
-from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.errors import UsageError
+from reconstructor.failures import endpoint_address, kafka_down, s3_endpoint_down
 from reconstructor.schema import RowSchema, SchemaError
 
 
@@ -96,6 +98,16 @@ def broker_reachable(bootstrap: str, kafka_options: dict[str, str], timeout_s: f
 
     try:
         broker_metadata(bootstrap, timeout_s)
-    except Exception as exc:  # KafkaException: transport failure, all brokers down
-        raise ReconstructorError(f"Kafka at {bootstrap} does not answer ({exc}); check "
-                                 "--bootstrap-servers and that the broker is up") from None
+    except Exception:  # KafkaException: transport failure, all brokers down
+        raise kafka_down(bootstrap) from None
+
+
+def s3_endpoint_reachable(endpoint: str | None, *locations: str | None, timeout_s: float = 5.0) -> None:
+    """Connect to the S3 endpoint before Spark starts when a location is on S3: S3A would retry a
+    dead endpoint for every file it touches before failing."""
+    if not endpoint or not any(str(loc).startswith("s3a://") for loc in locations if loc):
+        return
+    try:
+        socket.create_connection(endpoint_address(endpoint), timeout=timeout_s).close()
+    except OSError:  # refused, unknown host, timed out
+        raise s3_endpoint_down(endpoint) from None

@@ -64,5 +64,6 @@ def test_run_names_the_output_it_cannot_create_its_tables_in(stack, run_id, tmp_
               "--compact-every", "off")
     assert ran.returncode == 1, ran.stderr[-2000:]
     (line,) = [x for x in ran.stderr.splitlines() if x.startswith("reconstructor:")]
-    assert line.startswith("reconstructor: cannot read the output tables under s3a://no-such-bucket/out: ")
-    assert "Exception" in line  # the cause (no credentials or no bucket), not py4j's "An error occurred"
+    # The cause (no credentials or no bucket) and the setting to fix, not py4j's "An error occurred".
+    assert line.startswith("reconstructor: --output s3a://no-such-bucket/out: ")
+    assert "credentials" in line or "bucket no-such-bucket does not exist" in line

@@ -1,0 +1,110 @@
+"""What the CLI prints on the real stack: its own lines only (progress, the result, one line for a
+failure), Spark's and the JVM's with ``-v``; a storage or broker failure is one line naming the
+setting to fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.test_verdicts import send, snapshot, update
+from tests.support.kafka import create_topics
+
+pytestmark = pytest.mark.integration
+
+# The lines a command prints itself on stderr.
+OWN_LINES = [
+    re.compile(r"^batch \d+: [\d,]+ records in [\d.]+s$"),  # run's progress
+    re.compile(r"^batch \d+: [\d,]+/[\d,]+ offsets \( *[\d.]+%\), [\d,]+ offsets/s, \S+ left$"),  # replay's
+    re.compile(r"^replaying from \{.*\} into \S+ \(checkpoint \S+.*\)$"),
+]
+# What Spark, log4j, SLF4J, the JVM, Delta and py4j print when left alone.
+ENGINE_LINE = re.compile(r"\b(WARN|INFO|ERROR|DEBUG)\b|SLF4J|log4j|WARNING|^Setting default log level|"
+                         r"^To adjust logging level|^Deleted \d+ files|py4j|^\d\d/\d\d/\d\d \d\d:\d\d:\d\d")
+
+
+def cli(*args: str, env: dict[str, str | None] | None = None, timeout: float = 1500):
+    """The CLI as an operator runs it: the engine's log level left to the CLI; ``env`` entries
+    set to ``None`` are removed."""
+    environ = {**os.environ, "RECON_SPARK_LOG_LEVEL": None, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "reconstructor", *args], capture_output=True,
+                          text=True, timeout=timeout,
+                          env={k: v for k, v in environ.items() if v is not None})
+
+
+def lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def assert_only_own_lines(ran) -> None:
+    for line in lines(ran.stderr):
+        assert not ENGINE_LINE.search(line), f"not the CLI's own line: {line!r}\n{ran.stderr[-3000:]}"
+        assert any(p.match(line) for p in OWN_LINES), f"not the CLI's own line: {line!r}"
+
+
+def test_run_and_replay_print_only_their_own_lines_and_v_brings_back_sparks(stack, run_id, tmp_path):
+    bootstrap, topic = stack.bootstrap_servers(), f"quiet{run_id}-sensor-0"
+    create_topics(bootstrap, {topic: 1})
+    send(bootstrap, topic, "s-1", [snapshot(1), update(2, "a"), update(3, "b")])
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    run = ["run", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--compact-every", "off"]
+
+    ran = cli(*run, "--output", out, "--checkpoint", chk)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout == ""
+    assert_only_own_lines(ran)
+    assert any(line.startswith("batch 0: 3 records") for line in lines(ran.stderr)), ran.stderr
+
+    replayed = cli("replay", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--output", out,
+                   "--checkpoint", str(tmp_path / "replay-chk"), "--from", json.dumps({topic: {"0": 0}}))
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert replayed.stdout == ""
+    assert_only_own_lines(replayed)
+
+    loud = cli(*run, "--output", str(tmp_path / "loud-out"), "--checkpoint", str(tmp_path / "loud-chk"), "-v")
+    assert loud.returncode == 0, loud.stderr[-3000:]
+    assert [line for line in lines(loud.stderr) if re.search(r" WARN \S+: ", line)], loud.stderr[-3000:]
+
+
+def test_an_s3_endpoint_that_does_not_answer_is_one_line_before_spark_starts(stack, tmp_path):
+    ran = cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", "nothing",
+              "--output", "s3a://recon/quiet/out", "--checkpoint", "s3a://recon/quiet/chk",
+              env={"RECON_S3_ENDPOINT": "http://127.0.0.1:9", "RECON_S3_ACCESS_KEY": "test",
+                   "RECON_S3_SECRET_KEY": "test", "RECON_S3_PATH_STYLE": "true"}, timeout=120)
+    assert ran.returncode == 1, ran.stderr[-3000:]
+    assert lines(ran.stderr) == ["reconstructor: S3 endpoint http://127.0.0.1:9 does not answer: "
+                                 "check s3.endpoint (RECON_S3_ENDPOINT)"]
+
+
+def test_an_unknown_broker_host_is_one_line_naming_the_flag(tmp_path):
+    ran = cli("run", "--bootstrap-servers", "nohost.invalid:9092", "--topic-pattern", "nothing",
+              "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "chk"), timeout=120)
+    assert ran.returncode == 1, ran.stderr[-3000:]
+    assert lines(ran.stderr) == ["reconstructor: Kafka at nohost.invalid:9092 does not answer: "
+                                 "check --bootstrap-servers (and that the broker is up)"]
+
+
+@pytest.mark.parametrize("keys, output, line", [
+    ({"RECON_S3_ACCESS_KEY": "test", "RECON_S3_SECRET_KEY": "test"}, "s3a://nobucket{id}/out",
+     "--output s3a://nobucket{id}/out: bucket nobucket{id} does not exist (check the bucket and s3.endpoint)"),
+    ({}, "s3a://recon/quiet{id}/out",
+     "--output s3a://recon/quiet{id}/out: no S3 credentials: set s3.access_key and s3.secret_key "
+     "(RECON_S3_ACCESS_KEY, RECON_S3_SECRET_KEY) or the AWS credential chain"),
+])
+def test_a_missing_bucket_or_missing_credentials_is_one_line_naming_the_setting(stack, run_id, tmp_path,
+                                                                                keys, output, line):
+    output = output.format(id=run_id)
+    # No AWS credentials from the environment: the keys given here are all there are.
+    env = {"RECON_S3_ENDPOINT": stack.s3_endpoint(), "RECON_S3_PATH_STYLE": "true",
+           "RECON_S3_REGION": stack.S3_REGION, "AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None,
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"),
+           **keys}
+    ran = cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", "nothing",
+              "--output", output, "--checkpoint", f"{output}/_checkpoint", env=env)
+    assert ran.returncode == 1, ran.stderr[-3000:]
+    assert lines(ran.stderr) == ["reconstructor: " + line.format(id=run_id)]
