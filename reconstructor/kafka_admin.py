@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
 from reconstructor.errors import UsageError
 
 
@@ -74,8 +77,6 @@ def librdkafka_settings(kafka_options: Mapping[str, str]) -> dict[str, str]:
 
 
 def admin_client(bootstrap: str, **conf):
-    from confluent_kafka.admin import AdminClient
-
     return AdminClient({"bootstrap.servers": bootstrap, "logger": _Silent(), **conf})
 
 
@@ -90,8 +91,6 @@ def broker_metadata(bootstrap: str, timeout_s: float, conf: Mapping[str, str] | 
 
 def client_or_usage_error(make, *args, **conf):
     """A confluent-kafka client; a setting librdkafka rejects is a ``UsageError`` naming it."""
-    from confluent_kafka import KafkaException
-
     try:
         return make(*args, **conf)
     except (KafkaException, ValueError, TypeError) as exc:

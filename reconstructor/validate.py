@@ -11,6 +11,7 @@ from pathlib import Path
 from reconstructor.config import Duration, duration_text
 from reconstructor.errors import UsageError
 from reconstructor.failures import endpoint_address, kafka_down, s3_endpoint_down
+from reconstructor.kafka_admin import broker_metadata
 from reconstructor.schema import RowSchema, SchemaError
 
 
@@ -94,8 +95,6 @@ def broker_reachable(bootstrap: str, kafka_options: dict[str, str], timeout_s: f
     """Ask the broker for metadata before Spark starts (skipped when SASL/SSL is configured)."""
     if any(k.startswith(("security", "sasl", "ssl")) for k in kafka_options):
         return
-    from reconstructor.kafka_admin import broker_metadata
-
     try:
         broker_metadata(bootstrap, timeout_s)
     except Exception:  # KafkaException: transport failure, all brokers down

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import zlib
 from dataclasses import dataclass, field
 from typing import Iterator
+
+from reconstructor.devstack.producer import encode
 
 FAULTS = ("gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end")
 
@@ -200,8 +203,6 @@ def publish(producer, messages, partitions: dict[str, int] | None = None,
 
     ``event_time_as_kafka_time`` stamps each record with its message's ``ts`` (to lay a fleet's
     history over past hours, as compaction tests need)."""
-    from reconstructor.devstack.producer import encode
-
     placed = {}
     for p in messages:
         partition = None
@@ -220,6 +221,4 @@ def publish(producer, messages, partitions: dict[str, int] | None = None,
 
 def hash_partition(session: str, partitions: int) -> int:
     """A stable session-to-partition map (the same on every run, unlike Python's hash)."""
-    import zlib
-
     return zlib.crc32(session.encode()) % partitions

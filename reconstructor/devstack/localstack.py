@@ -11,6 +11,7 @@ Usage: ``python -m reconstructor.devstack.localstack up|down|status|jars``.
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import shutil
 import signal
@@ -18,11 +19,13 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from reconstructor.config import checkout_root, default_jars_dir
+from reconstructor.kafka_admin import broker_metadata
 from reconstructor.devstack.processes import pid_alive, stack_dir
 
 S3_ACCESS_KEY = "test"
@@ -257,8 +260,6 @@ def kafka_ready(port: int | None = None, timeout: float = 2.0) -> bool:
     port = port or Ports.from_env().kafka
     if not _port_open(port):
         return False
-    from reconstructor.kafka_admin import broker_metadata
-
     try:
         return bool(broker_metadata(f"127.0.0.1:{port}", timeout).brokers)
     except Exception:
@@ -303,8 +304,6 @@ def start_kafka(timeout: float = 90.0) -> str:
 
 def _kafka_cluster_id() -> str:
     # Kafka wants a base64url-encoded 16-byte UUID (22 chars, no padding).
-    import base64
-
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -316,8 +315,6 @@ def s3_ready(port: int | None = None) -> bool:
     port = port or Ports.from_env().s3
     if not _port_open(port):
         return False
-    import urllib.request
-
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=2) as r:
             return r.status == 200
@@ -326,7 +323,7 @@ def s3_ready(port: int | None = None) -> bool:
 
 
 def s3_client():
-    import boto3
+    import boto3  # boto3 takes a while to import, and only the stack's S3 checks need it
 
     return boto3.client(
         "s3",
