@@ -136,7 +136,7 @@ def _start(spark: SparkSession, writer, cfg: Config) -> StreamingQuery:
         return writer.start()
     # With processing-time timeouts Spark would run no-data batches forever (they are how timeouts
     # fire), so an available-now query would never end. Without them it ends once caught up, and
-    # timeouts still fire in every batch that has data. The query's session copies this setting
+    # timeouts still fire in every batch that has data. The query copies this SparkSession setting
     # when it starts, so it is restored right after.
     key = "spark.sql.streaming.noDataMicroBatches.enabled"
     previous = spark.conf.get(key, "true")
