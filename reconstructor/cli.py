@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import textwrap
 import traceback
@@ -194,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("reconstructor: interrupted", file=sys.stderr)
         return EXIT_FAILURE
+    except BrokenPipeError:  # the reader went away (`... | head`): nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - every failure ends as one line
         failure = explain(exc, _config_or_none(args))
         if getattr(args, "verbose", False) and (failure is not exc or exc.__cause__ is not None):

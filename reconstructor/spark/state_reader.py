@@ -19,7 +19,7 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
                        schema: RowSchema) -> tuple[dict, pd.DataFrame] | None:
     """(scalar fields, table) of one session, or None when the checkpoint holds no such session."""
     # RocksDB's loader reports to the driver's StateStoreCoordinator, which Spark registers only
-    # once the session's StreamingQueryManager exists; touch it so a batch job can read state.
+    # once the SparkSession's StreamingQueryManager exists; touch it so a batch job can read state.
     spark.streams.active  # noqa: B018
     states = spark.read.format("statestore").load(checkpoint)
     rows = (states.where((F.col("key.topic") == topic) & (F.col("key.group_session") == session))
@@ -27,8 +27,10 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
             .collect())
     if not rows:
         return None
-    state = state_from_tuple(tuple(rows[0]), schema)
-    # The session's scalars as ``sessions`` holds them, its times aside.
+    stored = rows[0].asDict()
+    # The session's scalars as the state holds them (plain values, as ``sessions`` shows them),
+    # its times aside.
     info = {"topic": topic, "session": session,
-            **{f.column: getattr(state, f.attribute) for f in SESSION_FIELDS if not f.is_time}}
+            **{f.column: stored[f.name] for f in SESSION_FIELDS if not f.is_time}}
+    state = state_from_tuple(tuple(rows[0]), schema)
     return info, state.table.sort_index()
