@@ -91,6 +91,10 @@ def duration_text(value: dt.timedelta) -> str:
     return "0 seconds"
 
 
+# Delta's own floor for VACUUM: a shorter retention may delete files that a reader or a concurrent
+# writer still needs.  The default, and below it only with unsafe_vacuum_retention.
+SAFE_VACUUM_RETENTION = Duration("168 hours")
+
 # The trigger values that are not an interval.
 AVAILABLE_NOW = "available-now"
 _NAMED_TRIGGERS = (AVAILABLE_NOW, "availableNow", "once")
@@ -119,7 +123,7 @@ class Config:
     await_snapshot: bool = False
     compact_every: dt.timedelta | None = Duration("1 hour")  # None: no in-stream compaction
     compact_grace: dt.timedelta = Duration("15 minutes")
-    vacuum_retention: dt.timedelta = Duration("168 hours")
+    vacuum_retention: dt.timedelta = SAFE_VACUUM_RETENTION
     unsafe_vacuum_retention: bool = False  # allow a vacuum_retention under 168 hours
     shuffle_partitions: int | None = None
     master: str | None = None

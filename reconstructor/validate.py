@@ -8,7 +8,7 @@ import re
 import socket
 from pathlib import Path
 
-from reconstructor.config import Duration, duration_text
+from reconstructor.config import SAFE_VACUUM_RETENTION, duration_text
 from reconstructor.errors import UsageError
 from reconstructor.failures import endpoint_address, kafka_down, s3_endpoint_down
 from reconstructor.kafka_admin import broker_metadata
@@ -54,11 +54,6 @@ def state_outlasts_timeout(state_retention: dt.timedelta, session_timeout: dt.ti
         raise UsageError(f"--state-retention {duration_text(state_retention)!r} must be longer than "
                          f"--session-timeout {duration_text(session_timeout)!r} (a timed-out session "
                          "keeps its state until the retention has passed)")
-
-
-# Delta's own floor: a shorter VACUUM retention may delete files that a reader or a concurrent
-# writer still needs.
-SAFE_VACUUM_RETENTION = Duration("168 hours")
 
 
 def vacuum_retention(value: dt.timedelta, unsafe: bool) -> dt.timedelta:

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from reconstructor.config import SAFE_VACUUM_RETENTION
 from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, table_path
 from reconstructor.spark.transactions import spark_like
 
 log = logging.getLogger(__name__)
 _HOUR = re.compile(r"/hour=(\d{4}-\d{2}-\d{2}-\d{2})/")
-DEFAULT_RETENTION_HOURS = 168
+DEFAULT_RETENTION_HOURS = SAFE_VACUUM_RETENTION / dt.timedelta(hours=1)
 
 
 @dataclass
