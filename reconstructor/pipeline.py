@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.config import AVAILABLE_NOW, Config
-from reconstructor.errors import IntegrityViolationError, ReconstructorError
+from reconstructor.errors import IntegrityViolationError, ReconstructorError, error_line
 from reconstructor.schema import RowSchema
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
@@ -60,7 +60,7 @@ class RunningPipeline:
         except StreamingQueryException as exc:
             if self.sinks.violation is not None:
                 raise IntegrityViolationError(self.sinks.violation) from None
-            raise ReconstructorError(f"the streaming query failed: {_first_line(str(exc))}") from exc
+            raise ReconstructorError(f"the streaming query failed: {error_line(exc, limit=500)}") from exc
 
     def stop(self) -> None:
         """Stop the query (if still running), then the compactor, waiting for a run in progress."""
@@ -156,10 +156,3 @@ def progress_dict(progress) -> dict | None:
     if progress is None or isinstance(progress, dict):
         return progress
     return json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
-
-
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return "unknown error"
