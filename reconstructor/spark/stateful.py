@@ -62,14 +62,33 @@ def state_to_tuple(state: SessionState, schema: RowSchema) -> tuple:
                  for f in STATE_FIELDS)
 
 
+# Where each field sits in Spark's state tuple.
+_AT = {f.name: i for i, f in enumerate(STATE_FIELDS)}
+
+
 def state_from_tuple(row, schema: RowSchema, with_table: bool = True) -> SessionState:
-    """The core's state from Spark's tuple; an ended session past its timeout has no table blob."""
-    (partition, status, first_seq, last_seq, last_offset, snapshot_seq, snapshot_offset,
-     started_us, last_event_us, _row_count, blob) = tuple(row)
-    table = read_table(bytes(blob), schema) if with_table and blob is not None else schema.empty_frame()
-    return SessionState(int(partition), SessionStatus(status), int(first_seq), int(last_seq), int(last_offset),
-                        int(snapshot_seq), int(snapshot_offset), _from_us(started_us),
-                        _from_us(last_event_us), table)
+    """The core's state from Spark's tuple (``STATE_FIELDS``); an ended session past its timeout
+    has no table blob."""
+    row = tuple(row)
+    blob = row[_AT["table"]]
+    values = {}
+    for f in STATE_FIELDS:
+        stored = row[_AT[f.name]]
+        if f.name == "table":
+            values[f.attribute] = (read_table(bytes(blob), schema) if with_table and blob is not None
+                                   else schema.empty_frame())
+        elif f.is_time:
+            values[f.attribute] = _from_us(stored)
+        elif f.attribute == "status":
+            values[f.attribute] = SessionStatus(stored)
+        elif f.name != "row_count":  # the table's own length
+            values[f.attribute] = int(stored)
+    return SessionState(**values)
+
+
+def _with(row: tuple, **fields) -> tuple:
+    """Spark's state tuple with some fields replaced."""
+    return tuple(fields.get(f.name, value) for f, value in zip(STATE_FIELDS, row))
 
 
 class SessionReconstructor:
@@ -124,18 +143,17 @@ class SessionReconstructor:
         silent for the retention as well."""
         row = tuple(state.get)
         previous = state_from_tuple(row, self.schema, with_table=False)
-        blob = row[-1]
         if previous.status == SessionStatus.OPEN:
-            state.update(row[:1] + (SessionStatus.TIMED_OUT.value,) + row[2:])
-        elif previous.status == SessionStatus.ENDED and blob is not None:
-            state.update(row[:-1] + (None,))
+            state.update(_with(row, status=SessionStatus.TIMED_OUT.value))
+        elif previous.status == SessionStatus.ENDED and row[_AT["table"]] is not None:
+            state.update(_with(row, table=None))
         else:
             state.remove()
             return
         state.setTimeoutDuration(max(1, self.retention_ms - self.timeout_ms))
         if previous.status == SessionStatus.OPEN:
             yield self._group_frame(topic, session, self._no_changes, previous, SessionStatus.TIMED_OUT,
-                                    row_count=int(row[-2]))
+                                    row_count=int(row[_AT["row_count"]]))
 
     def _group_frame(self, topic, session, changes: dict, s: SessionState, status: SessionStatus,
                      row_count: int, current: int = 0) -> pd.DataFrame:
