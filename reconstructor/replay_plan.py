@@ -1,8 +1,8 @@
 """Where a replay starts: Kafka offsets for a timestamp, or for each open session's last snapshot.
 
 Each plan is the JSON offsets a replay's query starts from (``{"topic": {"partition": offset}}``,
--2 earliest, -1 latest).  The table names come from the Delta sinks, whose module loads pyspark and
-Delta, so they are imported where the sessions table is read: the other plans need no Spark.
+-2 earliest, -1 latest).  The plan from last snapshots reads the sessions table with the
+command's SparkSession, which the caller passes in; the other plans need no Spark.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from reconstructor import validate
 from reconstructor.config import Config
+from reconstructor.core.state import SessionStatus
 from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings
 from reconstructor.output import SESSIONS, table_path
@@ -52,7 +53,7 @@ def offsets_from_last_snapshot(spark, cfg: Config) -> str:
     sessions never reached a table (or ended), and a replay is idempotent."""
     try:
         rows = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
-                .where("status = 'open'").groupBy("topic", "partition")
+                .where(f"status = '{SessionStatus.OPEN.value}'").groupBy("topic", "partition")
                 .agg({"snapshot_offset": "min"}).collect())
     except Exception as exc:
         raise ReconstructorError(f"cannot read the sessions table under {cfg.output}: "

@@ -32,6 +32,7 @@ from reconstructor.core.violations import IntegrityViolation
 from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, refusal, replays_of,
                                        with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError, error_line
+from reconstructor.core.state import SessionStatus
 from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS,
                                   SESSION_FIELDS, SESSION_INFO_DDL, SESSION_INFO_FIELDS, SESSIONS,
                                   SESSIONS_DDL, SESSIONS_FIELDS, TABLES, RecordKind, SessionField,
@@ -193,7 +194,7 @@ class DeltaSinks:
                 # run with smaller micro-batches would have stopped at.
                 F.min_by("info", F.when(_is(RecordKind.VIOLATION),
                                         F.struct("topic", "partition", "offset"))).alias("violation"),
-                F.count(F.when(is_session & (F.get_json_object("info", "$.status") != "open"), 1))
+                F.count(F.when(is_session & (F.get_json_object("info", "$.status") != SessionStatus.OPEN.value), 1))
                 .alias("closed"),
             ).collect()[0]
             if stats.records == 0:
@@ -291,7 +292,7 @@ class DeltaSinks:
 
     def _delete_closed_sessions(self, sessions: DataFrame) -> None:
         """A session that ended or timed out leaves the live table."""
-        closed = sessions.filter(F.col(f"{SESSION_INFO}.status") != "open").select("topic", "session", "seq")
+        closed = sessions.filter(F.col(f"{SESSION_INFO}.status") != SessionStatus.OPEN.value).select("topic", "session", "seq")
         target = DeltaTable.forPath(self._writer(CURRENT_ROWS), self.path(CURRENT_ROWS))
         (target.alias("target").merge(closed.alias("source"),
                                       "target.topic = source.topic AND target.session = source.session")
@@ -308,7 +309,7 @@ class DeltaSinks:
         target = DeltaTable.forPath(self._writer(SESSIONS), self.path(SESSIONS))
         (target.alias("target").merge(source.alias("source"),
                                       "target.topic = source.topic AND target.session = source.session")
-         .whenMatchedUpdate(condition="source.last_seq >= target.last_seq OR target.status <> 'open'",
+         .whenMatchedUpdate(condition=f"source.last_seq >= target.last_seq OR target.status <> '{SessionStatus.OPEN.value}'",
                             set=assign)
          .whenNotMatchedInsertAll()
          .execute())
