@@ -37,6 +37,7 @@ class RecordKind(str, enum.Enum):
     CURRENT = "current"      # to current_rows only: a resumed session's rows back
     SESSION = "session"      # to sessions
     VIOLATION = "violation"  # to no table: the sink fails the micro-batch on it
+    RECORDED = "recorded"    # to violations: a drift, or in quarantine mode a violation or a record set aside
 
 
 # ------------------------------------------------------------------------------------------------
@@ -89,7 +90,7 @@ def _session_fields(state_type: type) -> tuple[SessionField, ...]:
             out += [SessionField("row_count", "BIGINT", "row_count"), SessionField("table", "BINARY", f.name)]
         elif pd.Timestamp in kinds:
             out.append(SessionField(f.name.removesuffix("_ts") + "_us", "BIGINT", f.name, is_time=True))
-        elif hint is int:
+        elif int in kinds:
             out.append(SessionField(f.name, "INT" if f.name in _INT_FIELDS else "BIGINT", f.name))
         elif isinstance(hint, type) and issubclass(hint, str):
             out.append(SessionField(f.name, "STRING", f.name))

@@ -4,23 +4,26 @@
 plain pandas/numpy: the group's frames are gathered; a plain run of updates takes the short path
 (``apply_update_run``), anything else the general one (``apply_in_kafka_order``), which checks
 continuity against the state carried from earlier micro-batches and applies the valid messages to
-the session table.  The first violation is returned, not applied: the caller fails the query on it.
+the session table.  The first violation is returned, not applied: the caller fails the query on it
+(or, in quarantine mode, it is recorded and the session set aside until its next snapshot).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from reconstructor.core.continuity import check_continuity, malformed
-from reconstructor.core.frames import change_rows
+from reconstructor.core.frames import VALUE, change_rows
+from reconstructor.core.policy import STRICT, IntegrityPolicy
+from reconstructor.core.quarantine import await_resync, quarantine, rows_of, set_aside, unnamed_records
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import (Rejected, apply_messages, apply_updates, columns_of, empty_changes,
                                       empty_table, snapshot_problem)
-from reconstructor.core.violations import IntegrityViolation
+from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.schema import RowSchema
 
 
@@ -33,6 +36,9 @@ class BatchResult:
     state: SessionState | None
     violation: IntegrityViolation | None = None
     skipped: int = 0  # messages skipped while awaiting a snapshot
+    #: What goes to the ``violations`` table, in Kafka order: snapshot drifts, and in quarantine
+    #: mode the violations and the records set aside.
+    recorded: list[IntegrityViolation] = field(default_factory=list)
 
     @functools.cached_property
     def changes(self) -> pd.DataFrame:
@@ -47,6 +53,7 @@ def process_batch(
     schema: RowSchema,
     *,
     await_snapshot: bool = False,
+    policy: IntegrityPolicy = STRICT,
 ) -> BatchResult:
     """Check and apply one micro-batch of one session. Never raises for bad input: returns it."""
     df = _gather(frames)
@@ -55,51 +62,128 @@ def process_batch(
     fast = apply_update_run(df, state, schema)
     if fast is not None:
         return fast
-    return apply_in_kafka_order(topic, session, df, state, schema, await_snapshot)
+    return apply_in_kafka_order(topic, session, df, state, schema, await_snapshot, policy)
 
 
-def apply_in_kafka_order(topic: str, session: str, df: pd.DataFrame, state: SessionState | None,
-                         schema: RowSchema, await_snapshot: bool) -> BatchResult:
-    """The general path: snapshots, ends, skips and every violation.
+def apply_in_kafka_order(topic: str, session: str | None, df: pd.DataFrame, state: SessionState | None,
+                         schema: RowSchema, await_snapshot: bool, policy: IntegrityPolicy = STRICT) -> BatchResult:
+    """The general path: snapshots, ends, skips, quarantine and every violation.
 
     The messages are walked in Kafka order (``continuity``); the valid prefix is applied, and a
     record the table refuses inside it (a delete of an unknown row, a flawed snapshot) is the
-    earlier record, so it is the verdict before the violation that ends the prefix.
+    earlier record, so it is the verdict before the violation that ends the prefix.  In quarantine
+    mode the walk goes on past a violation: the session is set aside (``quarantine``) until its
+    next snapshot, from which it is checked and applied again.  A quarantined session is resynced
+    that way whatever the mode, so a run in fail mode after a quarantine run finishes the job.
     """
-    checked = check_continuity(topic, session, df, state, await_snapshot)
-    msgs, skipped, cut = checked.messages, checked.skipped, checked.cut
-    valid = msgs.iloc[skipped:cut]
-    if len(valid):
-        if skipped == 0 and cut == len(msgs):
-            rows = df  # the common case: every message of the batch applies
-        else:
-            keys = pd.MultiIndex.from_frame(df[["partition", "offset"]])
-            rows = df[keys.isin(pd.MultiIndex.from_frame(valid[["partition", "offset"]]))]
-        table = state.table if state is not None else empty_table(schema).copy()
-        try:
-            changes, table = apply_messages(valid, rows, table, schema)
-        except Rejected as rejected:
-            return _fail(schema, state, rejected.violation(topic, session))
-    if checked.violation is not None:
-        return _fail(schema, state, checked.violation)
-    if not len(valid):  # every message skipped while awaiting a snapshot
-        return BatchResult(columns_of(empty_changes(schema)), state, skipped=skipped)
+    if session is None and policy.quarantine:
+        return BatchResult(columns_of(empty_changes(schema)), state, recorded=unnamed_records(topic, df))
+    recorded: list[IntegrityViolation] = []
+    pieces: list[pd.DataFrame] = []
+    current, rest, skipped = state, df, 0
+    while True:
+        if current is not None and current.status == SessionStatus.QUARANTINED:
+            rest, current, aside = await_resync(topic, session, rest, current, schema)
+            recorded += aside
+            if rest is None:
+                break
+        step = _valid_prefix(topic, session, rest, current, schema, await_snapshot, policy)
+        if step.changes is not None:
+            pieces.append(step.changes)
+        recorded += [d.violation(topic, session) for d in step.drifts]
+        current, skipped = step.state, skipped + step.skipped
+        v = step.violation
+        if v is None:
+            break
+        if not policy.quarantine or v.kind == ViolationKind.SNAPSHOT_DRIFT:
+            return _fail(schema, state, v)
+        if v.kind == ViolationKind.AFTER_END:  # an ended session stays ended: no resync reopens it
+            recorded += [v] + set_aside(topic, session, step.after, current, ViolationKind.AFTER_END, v.detail)
+            break
+        recorded.append(v)
+        current = quarantine(current, v, schema)
+        rest = step.after
+        if rest is None or rest.empty:
+            break
+    changes = pieces[0] if len(pieces) == 1 else (
+        pd.concat(pieces, ignore_index=True) if pieces else empty_changes(schema))
+    return BatchResult(columns_of(changes), current, skipped=skipped, recorded=recorded)
 
+
+@dataclass
+class _Step:
+    """One valid prefix of the general path, applied: its changes (None when none applied), the
+    state after it, the first violation after it and the records after that violation."""
+
+    changes: pd.DataFrame | None
+    state: SessionState | None
+    skipped: int = 0
+    violation: IntegrityViolation | None = None
+    drifts: list[Rejected] = field(default_factory=list)
+    after: pd.DataFrame | None = None
+
+
+def _valid_prefix(topic: str, session: str | None, df: pd.DataFrame, state: SessionState | None,
+                  schema: RowSchema, await_snapshot: bool, policy: IntegrityPolicy) -> _Step:
+    checked = check_continuity(topic, session, df, state, await_snapshot)
+    msgs, skipped, cut, violation = checked.messages, checked.skipped, checked.cut, checked.violation
+    valid = msgs.iloc[skipped:cut]
+    if not len(valid):
+        return _Step(None, state, skipped, _with_value(violation, msgs, cut), after=_after(df, msgs, cut))
+    known = state is not None and state.snapshot_seq is not None
+    table = state.table if state is not None else empty_table(schema).copy()
+    rows = df if skipped == 0 and cut == len(msgs) else rows_of(df, valid)  # the common case: all apply
+    try:
+        changes, table, drifts = apply_messages(valid, rows, table, schema, known=known, on_drift=policy.on_drift)
+    except Rejected as rejected:
+        # The refused record is the verdict; in quarantine mode the messages before it apply.
+        at = int(np.flatnonzero((msgs["partition"] == rejected.partition).to_numpy()
+                                & (msgs["offset"] == rejected.offset).to_numpy())[0])
+        violation = _with_value(rejected.violation(topic, session), msgs, at)
+        if not policy.quarantine or rejected.kind == ViolationKind.SNAPSHOT_DRIFT or at == skipped:
+            return _Step(None, state, skipped, violation, after=_after(df, msgs, at))
+        cut, valid = at, msgs.iloc[skipped:at]
+        table = state.table if state is not None else empty_table(schema).copy()
+        changes, table, drifts = apply_messages(valid, rows_of(df, valid), table, schema, known=known,
+                                                on_drift=policy.on_drift)
+    else:
+        violation = _with_value(violation, msgs, cut)
     last = valid.iloc[-1]
     snaps = valid[valid["type"].eq("snapshot")]
     new_state = SessionState(
         partition=checked.partition,
         status=SessionStatus.ENDED if last["type"] == "end" else SessionStatus.OPEN,
-        first_seq=state.first_seq if state is not None else int(valid["seq"].iloc[0]),
+        first_seq=_first(state and state.first_seq, int(valid["seq"].iloc[0])),
         last_seq=int(last["seq"]),
         last_offset=int(last["offset"]),
         snapshot_seq=int(snaps["seq"].iloc[-1]) if len(snaps) else state.snapshot_seq,
         snapshot_offset=int(snaps["offset"].iloc[-1]) if len(snaps) else state.snapshot_offset,
-        started_ts=state.started_ts if state is not None else _ts(valid["event_ts"].iloc[0]),
+        started_ts=_first(state and state.started_ts, _ts(valid["event_ts"].iloc[0])),
         last_event_ts=_ts(last["event_ts"]),
         stored=table,
     )
-    return BatchResult(columns_of(changes), new_state, skipped=skipped)
+    return _Step(changes, new_state, skipped, violation, drifts, after=_after(df, msgs, cut))
+
+
+def _after(df: pd.DataFrame, msgs: pd.DataFrame, cut: int) -> pd.DataFrame | None:
+    """The rows of the records after the one at ``cut`` (None when none follows)."""
+    if cut + 1 >= len(msgs):
+        return None
+    return rows_of(df, msgs.iloc[cut + 1:])
+
+
+def _with_value(v: IntegrityViolation | None, msgs: pd.DataFrame, at: int) -> IntegrityViolation | None:
+    """``v`` with the raw value of its record (``msgs``' row ``at``), where the stream carries
+    values (quarantine mode).  A drift keeps none: its snapshot is the whole table."""
+    if v is None or VALUE not in msgs:
+        return v
+    return replace(v, value=msgs[VALUE].iloc[at])
+
+
+def _first(value, otherwise):
+    """A carried first seq or time, else this batch's (a session quarantined before any message
+    applied has none)."""
+    return otherwise if value is None else value
 
 
 def apply_update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSchema) -> BatchResult | None:

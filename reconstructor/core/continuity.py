@@ -39,7 +39,7 @@ def check_continuity(topic: str, session: str, df: pd.DataFrame, state: SessionS
                      await_snapshot: bool) -> Continuity:
     """The messages of ``df`` (one row per message row, not empty) in Kafka order, where the checks
     start, where the valid prefix ends and the violation there."""
-    msgs, bad_detail = _messages(df, state)
+    msgs, bad_detail = kafka_order(df, state)
     n = len(msgs)
     seqs = msgs["seq"].fillna(0).to_numpy(dtype=np.int64)  # a malformed record's seq may be null
     types = msgs["type"].to_numpy()
@@ -109,7 +109,7 @@ def malformed(df) -> np.ndarray:
     return pd.notna(df["error"].to_numpy()) | pd.isna(key) | (key != df["session"].to_numpy())
 
 
-def _messages(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFrame, pd.Series]:
+def kafka_order(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFrame, pd.Series]:
     """One row per message in Kafka order (the session's partition first, then by offset), and
     per message why it is malformed (null when it is not): its first bad row's parse error, or
     its Kafka key that is missing or not its session."""

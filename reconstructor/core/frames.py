@@ -16,6 +16,9 @@ from reconstructor.schema import RowSchema
 # with a null row_pos.  `error` is the parse failure of the record, null when it parsed.
 INPUT = ("partition", "offset", "kafka_ts", "key", "session", "seq", "type", "event_ts",
          "row_pos", "row_id", "op", "error")
+# In quarantine mode, also the record's raw Kafka value, on its first row only (a snapshot's
+# value is its whole table: once per message, not once per row), for the ``violations`` table.
+VALUE = "value"
 
 # One row per applied row change.
 # `row_pos` orders two changes of one row inside one message (-1: a row a snapshot dropped).

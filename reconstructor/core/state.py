@@ -15,19 +15,24 @@ class SessionStatus(str, enum.Enum):
     OPEN = "open"
     ENDED = "ended"  # its end message was applied; any message after it is AFTER_END
     TIMED_OUT = "timed_out"  # silent for the timeout; it resumes with its next seq
+    QUARANTINED = "quarantined"  # a violation set it aside (quarantine mode); its next snapshot resyncs it
 
 
 @dataclass
 class SessionState:
-    """What is carried between micro-batches for one session (the blob holds its table)."""
+    """What is carried between micro-batches for one session (the blob holds its table).
+
+    The seqs and offsets are those of applied messages; they are None only for a session
+    quarantined before any of its messages applied (its first record was a violation).
+    """
 
     partition: int
     status: SessionStatus
-    first_seq: int
-    last_seq: int
-    last_offset: int
-    snapshot_seq: int
-    snapshot_offset: int
+    first_seq: int | None
+    last_seq: int | None
+    last_offset: int | None
+    snapshot_seq: int | None
+    snapshot_offset: int | None
     started_ts: pd.Timestamp | None
     last_event_ts: pd.Timestamp | None
     #: The session table as held: pandas indexed by ``row_id``, or Arrow (``row_id`` first) as read

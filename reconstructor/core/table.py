@@ -15,8 +15,10 @@ import pandas as pd
 import pyarrow as pa
 
 from reconstructor.core.blob import arrow_rows, row_ids
+from reconstructor.core.drift import snapshot_drift
 from reconstructor.core.frames import (CHANGE, INT_COLUMNS, coerce_columns, coerce_times, take, take_values,
                                        values_of)
+from reconstructor.core.policy import OnDrift
 from reconstructor.core.state import SessionState
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.schema import RowSchema
@@ -46,12 +48,19 @@ class Rejected(Exception):
                                   self.seq, self.seq, self.detail)
 
 
-def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame,
-                   schema: RowSchema) -> tuple[pd.DataFrame, pd.DataFrame]:
+def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: RowSchema, *,
+                   known: bool = False, on_drift: OnDrift = OnDrift.IGNORE,
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, list[Rejected]]:
     """Apply ordered, continuous messages (``msgs``, one row each; ``rows``, their rows) to
-    ``table``; return (changes, table).  Raises ``Rejected`` for a flawed snapshot or a delete of
-    an unknown row."""
+    ``table``; return (changes, table, drifts).  Raises ``Rejected`` for a flawed snapshot or a
+    delete of an unknown row.
+
+    A snapshot that replaces a table built from a snapshot (``known`` for the table given, always
+    for one an earlier snapshot of ``msgs`` built) is audited unless ``on_drift`` ignores it: its
+    difference is a ``SNAPSHOT_DRIFT``, raised with ``OnDrift.FAIL``, else returned in ``drifts``.
+    """
     names = schema.names
+    drifts: list[Rejected] = []
     rows = rows[rows["row_pos"].notna()]
     rows = coerce_times(coerce_columns(rows, schema))
     rows = rows.sort_values(["seq", "row_pos"], kind="stable")
@@ -67,6 +76,13 @@ def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame,
             problem = snapshot_problem(snap_rows)
             if problem is not None:
                 raise Rejected.at(ViolationKind.MALFORMED, head, problem)
+            if known and on_drift != OnDrift.IGNORE:
+                drift = snapshot_drift(table, snap_rows, names)
+                if drift is not None:
+                    drifts.append(Rejected.at(ViolationKind.SNAPSHOT_DRIFT, head, drift))
+                    if on_drift == OnDrift.FAIL:
+                        raise drifts[-1]
+            known = True
             new_ids = pd.Index(snap_rows["row_id"])
             dropped = table.index.difference(new_ids).sort_values()
             if len(dropped):
@@ -83,9 +99,9 @@ def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame,
             table = apply_updates(seg_rows, table, names)
             pieces.append(seg_rows)
     if not pieces:
-        return empty_changes(schema), table
+        return empty_changes(schema), table, drifts
     changes = pd.concat([p[list(CHANGE) + names] for p in pieces], ignore_index=True)
-    return _int_columns(coerce_columns(changes, schema)), table
+    return _int_columns(coerce_columns(changes, schema)), table, drifts
 
 
 def apply_updates(ops, table: pd.DataFrame | pa.Table, names: list[str]) -> pd.DataFrame | pa.Table:

@@ -1,4 +1,5 @@
-"""Integrity violations: the kinds of the design's strict class and their one-line message."""
+"""Integrity violations: the kinds of the design's strict class and their one-line message, and the
+other records the ``violations`` table holds (a snapshot drift, a record set aside)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ class ViolationKind(str, enum.Enum):
     AFTER_END = "AFTER_END"
     UNKNOWN_ROW = "UNKNOWN_ROW"
     MALFORMED = "MALFORMED"
+    #: A snapshot that differs from the table rebuilt from the session's updates (recorded, or a
+    #: violation with ``--on-drift fail``).
+    SNAPSHOT_DRIFT = "SNAPSHOT_DRIFT"
+    #: Not a violation: a record set aside, unapplied, while its session is quarantined.
+    SKIPPED = "SKIPPED"
 
 
 def printable(text: str) -> str:
@@ -45,6 +51,9 @@ class IntegrityViolation(Exception):
     expected_seq: int | None
     found_seq: int | None
     detail: str = ""
+    #: The record's raw Kafka value, where the stream carries it (``--on-violation quarantine``),
+    #: for the ``violations`` table; never part of the line.
+    value: str | None = None
 
     def __str__(self) -> str:
         text = (

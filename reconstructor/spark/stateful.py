@@ -23,7 +23,8 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, read_table
-from reconstructor.core.frames import INPUT
+from reconstructor.core.frames import INPUT, VALUE
+from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
 from reconstructor.output import (RECORD_FIELDS, SESSION_INFO_FIELDS, STATE_DDL, STATE_FIELDS, RecordKind, SessionField,
@@ -82,7 +83,7 @@ def state_from_tuple(row, schema: RowSchema, with_table: bool = True) -> Session
         elif f.attribute == "status":
             values[f.attribute] = SessionStatus(stored)
         elif f.name != "row_count":  # the table's own length
-            values[f.attribute] = int(stored)
+            values[f.attribute] = None if stored is None else int(stored)
     return SessionState(**values)
 
 
@@ -101,11 +102,12 @@ class SessionReconstructor:
     """
 
     def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False,
-                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS):
+                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS, policy: IntegrityPolicy = STRICT):
         self.schema = schema
         self.timeout_ms = int(session_timeout_ms)
         self.retention_ms = int(state_retention_ms)
         self.await_snapshot = await_snapshot
+        self.policy = policy
         self.columns = column_names(RECORD_FIELDS, schema)
         self._no_changes = columns_of(empty_changes(schema))
 
@@ -116,18 +118,20 @@ class SessionReconstructor:
             return
         previous = state_from_tuple(state.get, self.schema) if state.exists else None
         result = process_batch(topic, session, frames, previous, self.schema,
-                               await_snapshot=self.await_snapshot)
+                               await_snapshot=self.await_snapshot, policy=self.policy)
         if result.violation is not None:
-            v = result.violation
-            yield self._frame({"record": [RecordKind.VIOLATION.value], "topic": [topic], "session": [session],
-                               "partition": [v.partition], "offset": [v.offset],
-                               "info": [v.to_json()]})
+            yield self._violations(topic, session, [result.violation], RecordKind.VIOLATION)
             return
-        if result.state is None or result.state is previous:
-            return  # nothing applied (all skipped while awaiting a snapshot)
+        if result.recorded:
+            yield self._violations(topic, session, result.recorded, RecordKind.RECORDED)
+        if result.state is None:
+            return  # nothing applied (all skipped while awaiting a snapshot, or no session named)
+        if result.state is previous:  # records set aside only: the session is as it was
+            self._arm_timeout(state, previous.status, has_table=state.get[_AT["table"]] is not None)
+            return
         new = result.state
         state.update(state_to_tuple(new, self.schema))
-        state.setTimeoutDuration(self.timeout_ms)
+        self._arm_timeout(state, new.status, has_table=True)
         changes, current = result.columns, 0
         if (previous is not None and previous.status == SessionStatus.TIMED_OUT
                 and new.status == SessionStatus.OPEN):
@@ -137,10 +141,23 @@ class SessionReconstructor:
         yield self._group_frame(topic, session, changes, new, new.status, row_count=new.row_count,
                                 current=current)
 
+    def _arm_timeout(self, state: GroupState, status: SessionStatus, has_table: bool) -> None:
+        """Spark clears a group's timeout whenever the function runs for it, so every call sets it.
+
+        A quarantined session waits for its resync snapshot for the whole retention (it is not
+        silent in the timeout's sense: it is set aside); an ended one whose table is gone already
+        has only the rest of the retention left."""
+        if status == SessionStatus.QUARANTINED:
+            state.setTimeoutDuration(self.retention_ms)
+        elif status == SessionStatus.ENDED and not has_table:
+            state.setTimeoutDuration(max(1, self.retention_ms - self.timeout_ms))
+        else:
+            state.setTimeoutDuration(self.timeout_ms)
+
     def _on_timeout(self, topic: str, session: str, state: GroupState) -> Iterator[pd.DataFrame]:
         """Silent for the timeout: an open session becomes ``timed_out`` (its rows leave
         current_rows, its table stays); an ended one drops its table; either is removed once
-        silent for the retention as well."""
+        silent for the retention as well, as is a quarantined one (its timeout is the retention)."""
         row = tuple(state.get)
         previous = state_from_tuple(row, self.schema, with_table=False)
         if previous.status == SessionStatus.OPEN:
@@ -182,6 +199,17 @@ class SessionReconstructor:
                 data[name] = _plus_one(changes[name], session_row.get(name))
         return pd.DataFrame(data, copy=False)  # the arrays are this frame's own: no copy needed
 
+    def _violations(self, topic: str, session: str | None, violations, kind: RecordKind) -> pd.DataFrame:
+        """One row per violation (``VIOLATION``: the one that stops the query; ``RECORDED``: rows
+        for the ``violations`` table), the record's coordinates as columns and the whole record as
+        JSON in ``info``."""
+        n = len(violations)
+        return self._frame({"record": [kind.value] * n, "topic": [topic] * n, "session": [session] * n,
+                            "partition": [v.partition for v in violations],
+                            "offset": [v.offset for v in violations],
+                            "seq": [v.found_seq for v in violations],
+                            "info": [v.to_json() for v in violations]})
+
     def _frame(self, data: dict) -> pd.DataFrame:
         """A frame of the output's columns from some of them (the others null)."""
         return pd.DataFrame(data).reindex(columns=self.columns)
@@ -205,10 +233,15 @@ _NULL = {"O": None, "f": np.nan, "M": np.datetime64("NaT")}  # by numpy dtype ki
 
 def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int,
                 await_snapshot: bool = False,
-                state_retention_ms: int = DEFAULT_STATE_RETENTION_MS) -> DataFrame:
-    """Group parsed records by ``(topic, session)`` and run the state function over them."""
-    fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms)
-    inputs = records.select("topic", "group_session", *_input_columns(schema))
+                state_retention_ms: int = DEFAULT_STATE_RETENTION_MS,
+                policy: IntegrityPolicy = STRICT) -> DataFrame:
+    """Group parsed records by ``(topic, session)`` and run the state function over them.
+
+    In quarantine mode the records carry their raw value (``parse_records(keep_values=True)``) for
+    the ``violations`` table."""
+    fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms, policy)
+    values = [VALUE] if policy.quarantine else []
+    inputs = records.select("topic", "group_session", *_input_columns(schema), *values)
     return inputs.groupBy("topic", "group_session").applyInPandasWithState(
         fn,
         outputStructType=records_ddl(schema),

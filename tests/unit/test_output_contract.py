@@ -50,4 +50,4 @@ def test_a_session_record_carries_the_sessions_fields_and_every_record_the_same_
         "is_latest", "temperature", "seen_at", "event_ts", "kafka_ts", "info"]
     assert records_ddl(SCHEMA).endswith("`temperature` DOUBLE, `seen_at` TIMESTAMP, event_ts TIMESTAMP, "
                                         "kafka_ts TIMESTAMP, info STRING")
-    assert [k.value for k in RecordKind] == ["change", "current", "session", "violation"]
+    assert [k.value for k in RecordKind] == ["change", "current", "session", "violation", "recorded"]
