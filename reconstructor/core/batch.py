@@ -19,7 +19,8 @@ import pandas as pd
 from reconstructor.core.continuity import check_continuity, malformed
 from reconstructor.core.frames import VALUE, change_rows
 from reconstructor.core.policy import STRICT, IntegrityPolicy
-from reconstructor.core.quarantine import await_resync, quarantine, rows_of, set_aside, unnamed_records
+from reconstructor.core.quarantine import (await_resync, quarantine, resyncs_at_once, rows_of, set_aside,
+                                           unnamed_records)
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import (Rejected, apply_messages, apply_updates, columns_of, empty_changes,
                                       empty_table, snapshot_problem)
@@ -97,13 +98,17 @@ def apply_in_kafka_order(topic: str, session: str | None, df: pd.DataFrame, stat
             break
         if not policy.quarantine or v.kind == ViolationKind.SNAPSHOT_DRIFT:
             return _fail(schema, state, v)
-        if v.kind == ViolationKind.AFTER_END:  # an ended session stays ended: no resync reopens it
-            recorded += [v] + set_aside(topic, session, step.after, current, ViolationKind.AFTER_END, v.detail)
+        if current is not None and current.status == SessionStatus.ENDED:
+            # An ended session stays ended (no snapshot reopens it): every later record is AFTER_END.
+            recorded += set_aside(topic, session, step.rest, current, ViolationKind.AFTER_END,
+                                  f"session ended at seq {current.last_seq}; no message may follow its end")
             break
         recorded.append(v)
         current = quarantine(current, v, schema)
-        rest = step.after
-        if rest is None or rest.empty:
+        rest = step.rest
+        if not resyncs_at_once(rest, v, current):
+            rest = rest[(rest["partition"] != v.partition) | (rest["offset"] != v.offset)]
+        if rest.empty:
             break
     changes = pieces[0] if len(pieces) == 1 else (
         pd.concat(pieces, ignore_index=True) if pieces else empty_changes(schema))
@@ -113,14 +118,14 @@ def apply_in_kafka_order(topic: str, session: str | None, df: pd.DataFrame, stat
 @dataclass
 class _Step:
     """One valid prefix of the general path, applied: its changes (None when none applied), the
-    state after it, the first violation after it and the records after that violation."""
+    state after it, the first violation after it and the rows from that violation's record on."""
 
     changes: pd.DataFrame | None
     state: SessionState | None
     skipped: int = 0
     violation: IntegrityViolation | None = None
     drifts: list[Rejected] = field(default_factory=list)
-    after: pd.DataFrame | None = None
+    rest: pd.DataFrame | None = None
 
 
 def _valid_prefix(topic: str, session: str | None, df: pd.DataFrame, state: SessionState | None,
@@ -129,7 +134,7 @@ def _valid_prefix(topic: str, session: str | None, df: pd.DataFrame, state: Sess
     msgs, skipped, cut, violation = checked.messages, checked.skipped, checked.cut, checked.violation
     valid = msgs.iloc[skipped:cut]
     if not len(valid):
-        return _Step(None, state, skipped, _with_value(violation, msgs, cut), after=_after(df, msgs, cut))
+        return _Step(None, state, skipped, _with_value(violation, msgs, cut), rest=_from(df, msgs, cut))
     known = state is not None and state.snapshot_seq is not None
     table = state.table if state is not None else empty_table(schema).copy()
     rows = df if skipped == 0 and cut == len(msgs) else rows_of(df, valid)  # the common case: all apply
@@ -141,7 +146,7 @@ def _valid_prefix(topic: str, session: str | None, df: pd.DataFrame, state: Sess
                                 & (msgs["offset"] == rejected.offset).to_numpy())[0])
         violation = _with_value(rejected.violation(topic, session), msgs, at)
         if not policy.quarantine or rejected.kind == ViolationKind.SNAPSHOT_DRIFT or at == skipped:
-            return _Step(None, state, skipped, violation, after=_after(df, msgs, at))
+            return _Step(None, state, skipped, violation, rest=_from(df, msgs, at))
         cut, valid = at, msgs.iloc[skipped:at]
         table = state.table if state is not None else empty_table(schema).copy()
         changes, table, drifts = apply_messages(valid, rows_of(df, valid), table, schema, known=known,
@@ -162,14 +167,13 @@ def _valid_prefix(topic: str, session: str | None, df: pd.DataFrame, state: Sess
         last_event_ts=_ts(last["event_ts"]),
         stored=table,
     )
-    return _Step(changes, new_state, skipped, violation, drifts, after=_after(df, msgs, cut))
+    return _Step(changes, new_state, skipped, violation, drifts, rest=_from(df, msgs, cut))
 
 
-def _after(df: pd.DataFrame, msgs: pd.DataFrame, cut: int) -> pd.DataFrame | None:
-    """The rows of the records after the one at ``cut`` (None when none follows)."""
-    if cut + 1 >= len(msgs):
-        return None
-    return rows_of(df, msgs.iloc[cut + 1:])
+def _from(df: pd.DataFrame, msgs: pd.DataFrame, cut: int) -> pd.DataFrame | None:
+    """The rows of the records from the one at ``cut`` on (None when there is none)."""
+    return None if cut >= len(msgs) else rows_of(df, msgs.iloc[cut:])
+
 
 
 def _with_value(v: IntegrityViolation | None, msgs: pd.DataFrame, at: int) -> IntegrityViolation | None:

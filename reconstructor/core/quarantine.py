@@ -3,8 +3,8 @@
 In quarantine mode (``--on-violation quarantine``) a violation does not stop the query: the
 record is kept in the ``violations`` table, the session's status becomes ``quarantined`` (its rows
 leave ``current_rows``; its table stays in the state), and every later record of it is set aside,
-each recorded as ``SKIPPED``, until a well-formed snapshot on its partition.  That snapshot resyncs
-it: the table becomes the snapshot (rows it dropped are deletes in ``row_changes``, so the change
+each recorded as ``SKIPPED``, until a well-formed snapshot on its partition (the violating record
+itself when it is a snapshot that came after a gap).  That snapshot resyncs it: the table becomes the snapshot (rows it dropped are deletes in ``row_changes``, so the change
 log still folds to the table) and the seq checks go on from the snapshot's seq.
 
 Everything here is decided record by record in Kafka order from the carried state, so the tables
@@ -45,19 +45,35 @@ def await_resync(topic: str, session: str, df: pd.DataFrame, state: SessionState
     records set aside).  The state to check against is open with the snapshot's seq next, so the
     snapshot applies over the kept table."""
     msgs, bad = kafka_order(df, state)
-    candidates = np.flatnonzero(msgs["type"].eq("snapshot").to_numpy() & bad.isna().to_numpy()
-                                & (msgs["partition"] == state.partition).to_numpy())
-    resync = len(msgs)
-    for at in candidates:
-        snapshot = rows_of(df, msgs.iloc[at:at + 1])
-        if snapshot_problem(snapshot[snapshot["row_pos"].notna()]) is None:
-            resync = int(at)
-            break
+    resync = _first_resync(df, msgs, bad, state)
     aside = _records(topic, session, msgs.iloc[:resync], bad.iloc[:resync], ViolationKind.SKIPPED, SET_ASIDE)
     if resync == len(msgs):
         return None, state, aside
     return (rows_of(df, msgs.iloc[resync:]),
             replace(state, status=SessionStatus.OPEN, last_seq=int(msgs["seq"].iloc[resync]) - 1), aside)
+
+
+def resyncs_at_once(df: pd.DataFrame, v: IntegrityViolation, state: SessionState) -> bool:
+    """Whether the record of violation ``v`` (the first of ``df`` in Kafka order) resyncs the
+    session it just quarantined: a GAP on a well-formed snapshot.  The snapshot is the whole table,
+    newer than anything lost, so nothing is gained by waiting for the next one; a DUPLICATE
+    snapshot is old data and never resyncs."""
+    if v.kind != ViolationKind.GAP:
+        return False
+    msgs, bad = kafka_order(df, state)
+    return _first_resync(df, msgs.iloc[:1], bad.iloc[:1], state) == 0
+
+
+def _first_resync(df: pd.DataFrame, msgs: pd.DataFrame, bad: pd.Series, state: SessionState) -> int:
+    """The position in ``msgs`` of the first well-formed snapshot on the session's partition,
+    else ``len(msgs)``."""
+    candidates = np.flatnonzero(msgs["type"].eq("snapshot").to_numpy() & bad.isna().to_numpy()
+                                & (msgs["partition"] == state.partition).to_numpy())
+    for at in candidates:
+        snapshot = rows_of(df, msgs.iloc[at:at + 1])
+        if snapshot_problem(snapshot[snapshot["row_pos"].notna()]) is None:
+            return int(at)
+    return len(msgs)
 
 
 def set_aside(topic: str, session: str, df: pd.DataFrame | None, state: SessionState,

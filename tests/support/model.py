@@ -6,6 +6,7 @@ batches.  The core must agree with it on every table and on the first violation.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from dataclasses import dataclass, field
 
@@ -152,3 +153,61 @@ def normalise_values(values: dict) -> dict:
             v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
         out[c] = v
     return out
+
+
+@dataclass
+class QuarantineModel:
+    """Dict replay of one session in quarantine mode, one record at a time in Kafka order.
+
+    A violation is recorded and the session quarantined (an ended session stays ended: each later
+    record is AFTER_END); while quarantined, records are SKIPPED until a well-formed snapshot
+    on its partition, which resyncs it.  A snapshot replacing a table built from a snapshot is
+    compared with it (SNAPSHOT_DRIFT when they differ)."""
+
+    strict: Model = field(default_factory=Model)
+    quarantined: bool = False
+    recorded: list[tuple[str, int]] = field(default_factory=list)  # (kind, offset)
+
+    @property
+    def status(self) -> str:
+        if self.quarantined:
+            return "quarantined"
+        return "ended" if self.strict.ended else "open"
+
+    def apply_batch(self, batch: list[Msg]) -> None:
+        ref = self.strict.partition if self.strict.partition is not None else min(m.partition for m in batch)
+        for m in sorted(batch, key=lambda m: (m.partition != ref, m.partition, m.offset)):
+            self.apply(m)
+
+    def apply(self, m: Msg) -> None:
+        s = self.strict
+        if self.quarantined:
+            if not self._resyncs(m):
+                self.recorded.append(("SKIPPED", m.offset))
+                return
+            self.quarantined = False
+            s.last_seq = m.seq - 1
+        if s.ended:
+            self.recorded.append(("AFTER_END", m.offset))
+            return
+        before = copy.deepcopy(s)
+        try:
+            s.apply(m)
+        except ModelViolation as v:
+            before.changes = s.changes[:len(before.changes)]
+            self.strict = before
+            self.recorded.append((v.kind, m.offset))
+            if self.strict.partition is None:
+                self.strict.partition = m.partition
+            self.quarantined = True
+            if v.kind == "GAP" and self._resyncs(m):  # a snapshot after a gap: the whole table
+                self.apply(m)
+            return
+        if m.type == "snapshot" and before.table is not None and before.table != s.table:
+            self.recorded.append(("SNAPSHOT_DRIFT", m.offset))
+
+    def _resyncs(self, m: Msg) -> bool:
+        ids = [r["id"] for r in m.rows]
+        return (m.type == "snapshot" and m.error is None and (m.key is None or m.key == m.session)
+                and m.partition == self.strict.partition and len(set(ids)) == len(ids)
+                and all(r.get("op", "upsert") != "delete" for r in m.rows))
