@@ -16,6 +16,7 @@ from typing import Sequence
 
 from reconstructor import commands
 from reconstructor import config as configuration
+from reconstructor.core.policy import OnDrift, OnViolation
 from reconstructor.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from reconstructor.failures import explain
 
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"cap on records per micro-batch (default {configuration.DEFAULT_MAX_OFFSETS_PER_TRIGGER:,})")
     replay.add_argument("--session-timeout", metavar="DURATION")
     replay.add_argument("--state-retention", metavar="DURATION")
+    _add_integrity_flags(replay)
     _add_unsafe_vacuum_flag(replay)
 
     compact = sub.add_parser("compact", help="OPTIMIZE closed hours and VACUUM, for schedulers",
@@ -153,7 +155,17 @@ def _add_stream_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-retention", metavar="DURATION",
                    help="forget a silent session's state after this (default 7 days; longer than the timeout)")
     p.add_argument("--compact-every", metavar="DURATION", help="in-stream compaction interval (default 1 hour; 'off' to disable)")
+    _add_integrity_flags(p)
     _add_unsafe_vacuum_flag(p)
+
+
+def _add_integrity_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--on-violation", choices=[v.value for v in OnViolation],
+                   help="fail (default): stop on the first violation; quarantine: set the session aside, "
+                        "record its records in the violations table, resync it at its next snapshot")
+    p.add_argument("--on-drift", choices=[v.value for v in OnDrift],
+                   help="a snapshot that differs from the table rebuilt from the updates: record (default) "
+                        "a SNAPSHOT_DRIFT row in violations, fail the query, or ignore (no audit)")
 
 
 def _add_unsafe_vacuum_flag(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import logging
 import sys
@@ -56,16 +57,49 @@ def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = Fals
     spark = _spark(cfg, app)
     running = start(spark, cfg, dedupe_changes=dedupe_changes)
     try:
-        running.await_termination(on_progress=progress or _log_progress)
+        running.await_termination(on_progress=progress or functools.partial(_log_progress, running.sinks.recorded))
     finally:
         running.stop()
+    if progress is not None:  # a catch-up display of its own: the run's records set aside once, at the end
+        for batch_id in sorted(running.sinks.recorded):
+            print(f"batch {batch_id}: {recorded_text(running.sinks.recorded[batch_id])}", file=sys.stderr)
+    if cfg.policy().quarantine or running.sinks.recorded:
+        print(_run_summary(spark, cfg, running.sinks.recorded.values()), file=sys.stderr)
     return 0
 
 
-def _log_progress(p: dict) -> None:
+def _log_progress(recorded: dict, p: dict) -> None:
     rows = p.get("numInputRows", 0)
     secs = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
-    print(f"batch {p.get('batchId')}: {rows:,} records in {secs:.1f}s", file=sys.stderr, flush=True)
+    line = f"batch {p.get('batchId')}: {rows:,} records in {secs:.1f}s"
+    if p.get("batchId") in recorded:
+        line += f"; {recorded_text(recorded[p['batchId']])}"
+    print(line, file=sys.stderr, flush=True)
+
+
+def recorded_text(r) -> str:
+    """What a batch wrote to ``violations``, in words."""
+    parts = []
+    if r.set_aside or r.quarantined:
+        parts.append(f"{r.set_aside:,} records set aside, {r.quarantined:,} sessions quarantined")
+    if r.drifts:
+        parts.append(f"{r.drifts:,} snapshot drift{'s' if r.drifts != 1 else ''}")
+    return ", ".join(parts)
+
+
+def _run_summary(spark, cfg: Config, batches) -> str:
+    """The run's last line on quarantine: sessions quarantined now (from the sessions table), and
+    what this run recorded."""
+    # These load pandas and Arrow, which --help and config show do without.
+    from reconstructor.core.state import SessionStatus
+    from reconstructor.output import SESSIONS, VIOLATIONS, table_path
+
+    batches = list(batches)
+    set_aside, drifts = sum(b.set_aside for b in batches), sum(b.drifts for b in batches)
+    now = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
+           .filter(f"status = '{SessionStatus.QUARANTINED.value}'").count())
+    return (f"quarantine: {now:,} sessions quarantined now; this run set aside {set_aside:,} records and "
+            f"recorded {drifts:,} snapshot drifts in {table_path(cfg.output, VIOLATIONS)}")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.errors import UsageError
 
 # A setting holds a secret when a word of its name says so ("ssl.key.password", "fs.s3a.access.key",
@@ -121,6 +122,10 @@ class Config:
     state_retention: dt.timedelta = Duration("7 days")
     row_schema: str | None = None
     await_snapshot: bool = False
+    # What a violation does (``fail``: stop; ``quarantine``: set the session aside until its next
+    # snapshot) and what a snapshot that differs from the rebuilt table does.
+    on_violation: str = OnViolation.FAIL.value
+    on_drift: str = OnDrift.RECORD.value
     compact_every: dt.timedelta | None = Duration("1 hour")  # None: no in-stream compaction
     compact_grace: dt.timedelta = Duration("15 minutes")
     vacuum_retention: dt.timedelta = SAFE_VACUUM_RETENTION
@@ -133,6 +138,9 @@ class Config:
     kafka: dict[str, str] = field(default_factory=dict)
     spark: dict[str, str] = field(default_factory=dict)
     s3: S3Config = field(default_factory=S3Config)
+
+    def policy(self) -> IntegrityPolicy:
+        return IntegrityPolicy(OnViolation(self.on_violation), OnDrift(self.on_drift))
 
     def redacted(self) -> dict[str, Any]:
         return _redact(asdict(self))
@@ -303,11 +311,18 @@ def _apply(cfg: Config, data: Mapping[str, Any], source: str) -> None:
                 if k not in _S3_FIELDS:
                     raise UsageError(f"{source}: unknown setting s3.{k}")
                 setattr(cfg.s3, k, _coerce(k, v, bool if k == "path_style" else str, source))
+        elif key in _CHOICES:
+            if str(value) not in _CHOICES[key]:
+                raise UsageError(f"{source}: {key} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+            setattr(cfg, key, str(value))
         elif key in SCALAR_SETTINGS:
             setattr(cfg, key, _coerce(key, value, _FIELD_TYPES.get(key, str), source))
         else:
             raise UsageError(f"{source}: unknown setting {key!r}")
 
+
+# The settings that take one of a few words.
+_CHOICES = {"on_violation": tuple(v.value for v in OnViolation), "on_drift": tuple(v.value for v in OnDrift)}
 
 _FIELD_TYPES = {"max_offsets_per_trigger": int, "shuffle_partitions": int, "await_snapshot": bool,
                 "unsafe_vacuum_retention": bool}

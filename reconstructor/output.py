@@ -21,8 +21,8 @@ import pandas as pd
 from reconstructor.core.state import SessionState
 from reconstructor.schema import RowSchema
 
-ROW_CHANGES, CURRENT_ROWS, SESSIONS = "row_changes", "current_rows", "sessions"
-TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS)
+ROW_CHANGES, CURRENT_ROWS, SESSIONS, VIOLATIONS = "row_changes", "current_rows", "sessions", "violations"
+TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS, VIOLATIONS)
 
 
 def table_path(output: str, name: str) -> str:
@@ -147,6 +147,19 @@ SESSIONS_FIELDS = (
 )
 
 
+#: One row per record the pipeline refused or set aside without stopping: a violation or a record
+#: skipped while its session is quarantined (quarantine mode), a snapshot drift (any mode).
+VIOLATIONS_FIELDS = (
+    ("topic", "STRING NOT NULL"), ("partition", "INT"), ("offset", "BIGINT"), ("session", "STRING"),
+    ("kind", "STRING NOT NULL"), ("expected_seq", "BIGINT"), ("found_seq", "BIGINT"), ("detail", "STRING"),
+    ("value", "STRING"), ("detected_at", "TIMESTAMP"),
+)
+
+#: A recorded row's ``info``: the violation as JSON (``IntegrityViolation.to_json``).
+VIOLATION_INFO_DDL = ("kind STRING, topic STRING, partition INT, offset BIGINT, session STRING, "
+                      "expected_seq BIGINT, found_seq BIGINT, detail STRING, value STRING")
+
+
 def ddl(fields, schema: RowSchema | None = None) -> str:
     """The Spark SQL DDL of a field list (``schema`` fills in ``ROW_VALUES``)."""
     return ", ".join(schema.spark_ddl() if field is ROW_VALUES else f"{field[0]} {field[1]}"
@@ -174,3 +187,4 @@ def current_rows_ddl(schema: RowSchema) -> str:
 
 
 SESSIONS_DDL = ddl(SESSIONS_FIELDS)
+VIOLATIONS_DDL = ddl(VIOLATIONS_FIELDS)

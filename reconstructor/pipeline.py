@@ -86,6 +86,7 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
     replays, not as the writer.
     """
     schema = RowSchema.load(cfg.row_schema)
+    policy = cfg.policy()
     sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes)
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
     sinks.check_writer(checkpoint_state(spark, cfg.checkpoint))
@@ -98,10 +99,11 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
         max_offsets_per_trigger=cfg.max_offsets_per_trigger,
         kafka_options=dict(cfg.kafka),
     )
-    out = reconstruct(parse_records(raw, schema), schema,
+    out = reconstruct(parse_records(raw, schema, keep_values=policy.quarantine), schema,
                       session_timeout_ms=_ms(cfg.session_timeout),
                       await_snapshot=cfg.await_snapshot,
-                      state_retention_ms=_ms(cfg.state_retention))
+                      state_retention_ms=_ms(cfg.state_retention),
+                      policy=policy)
     writer = (out.writeStream.foreachBatch(sinks.write_batch)
               .option("checkpointLocation", cfg.checkpoint)
               .outputMode("append"))

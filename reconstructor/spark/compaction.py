@@ -21,7 +21,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from reconstructor.config import SAFE_VACUUM_RETENTION
-from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, table_path
+from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, VIOLATIONS, table_path
 from reconstructor.spark.transactions import spark_like
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,10 @@ class Compactor:
             spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         done = []
         for name in names:
-            DeltaTable.forPath(spark, table_path(self.output, name)).vacuum(self.retention_hours)
+            path = table_path(self.output, name)
+            if not DeltaTable.isDeltaTable(spark, path):  # an output written before the table existed
+                continue
+            DeltaTable.forPath(spark, path).vacuum(self.retention_hours)
             done.append(name)
         return done
 
@@ -120,8 +123,9 @@ class Compactor:
 
 
 def compact_live_tables(spark: SparkSession, output: str, min_files: int = 16) -> None:
-    """OPTIMIZE current_rows and sessions when MERGEs have left many small files (in-batch only)."""
-    for name in (CURRENT_ROWS, SESSIONS):
+    """OPTIMIZE current_rows and sessions when MERGEs have left many small files, and violations
+    when its appends have (in-batch only)."""
+    for name in (CURRENT_ROWS, SESSIONS, VIOLATIONS):
         path = table_path(output, name)
         detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]
         if detail.numFiles > min_files:

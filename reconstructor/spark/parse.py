@@ -34,6 +34,7 @@ import re
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from reconstructor.core.frames import VALUE
 from reconstructor.schema import RowSchema
 
 ENVELOPE_FIELDS = ("session", "seq", "type", "ts", "rows")
@@ -277,8 +278,11 @@ def _vouched_row_error(schema: RowSchema) -> Column:
     return _first_row_error(reasons, conditions)
 
 
-def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True) -> DataFrame:
-    """Columns: topic, group_session, then ``reconstructor.core.frames.INPUT`` and the row columns.
+def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True,
+                  keep_values: bool = False) -> DataFrame:
+    """Columns: topic, group_session, then ``reconstructor.core.frames.INPUT`` and the row columns;
+    with ``keep_values``, then ``VALUE``: the record's raw Kafka value (bad bytes replaced) on its
+    first row only, for the ``violations`` table of quarantine mode.
 
     ``fast_path=False`` runs every check on every record: the reference the tests compare with.
     """
@@ -341,7 +345,8 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         F.expr(f"CASE WHEN msg_ok THEN typed_message.rows ELSE slice(coalesce(typed_message.rows, "
                f"CAST(array() AS {_typed_rows_ddl(schema)})), 1, size(rows)) END").alias("typed_rows"),
     )
-    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "bad_key", "bad_value", "msg_ok",
+    raw = [F.expr("make_valid_utf8(text)").alias(VALUE)] if keep_values else []
+    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "bad_key", "bad_value", "msg_ok", *raw,
                      _fast_or_checked("typed_message.session", "session"),
                      _fast_or_checked("typed_message.seq", "seq"),
                      _fast_or_checked("typed_message.type", "type"),
@@ -406,4 +411,5 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         F.coalesce(record_error, error).alias("error"),
         *[F.expr(f"CASE WHEN {_in_range(f'`{c.name}`')} THEN `{c.name}` END").alias(c.name)
           if c.type == "timestamp" else c.name for c in schema.columns],
+        *([F.expr(f"CASE WHEN coalesce(row_pos, 0) = 0 THEN {VALUE} END").alias(VALUE)] if keep_values else []),
     )

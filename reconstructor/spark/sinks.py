@@ -1,7 +1,9 @@
-"""The Delta sinks: ``row_changes``, ``current_rows`` and ``sessions``, written from one foreachBatch.
+"""The Delta sinks: ``row_changes``, ``current_rows``, ``sessions`` and ``violations``, written from
+one foreachBatch.
 
 The micro-batch is persisted once, so the stateful step runs once per batch.  A violation row
-fails the batch before any table is touched.  The append uses Delta's idempotent writes
+fails the batch before any table is touched; a recorded one (a drift, or in quarantine mode a
+violation or a record set aside) is appended to ``violations``, exactly once like the changes.  The append uses Delta's idempotent writes
 (``txnAppId`` = the streaming query's id, ``txnVersion`` = batch id) and the MERGEs are guarded by
 ``seq``, so a batch that is re-run after a crash neither loses nor repeats a change.  The query id
 is the checkpoint's own (Spark keeps it there), so a writer is its checkpoint, however its path is
@@ -28,15 +30,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
-from reconstructor.core.violations import IntegrityViolation
+from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, refusal, replays_of,
                                        with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError, error_line
 from reconstructor.core.state import SessionStatus
 from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS,
                                   SESSION_FIELDS, SESSION_INFO_DDL, SESSION_INFO_FIELDS, SESSIONS,
-                                  SESSIONS_DDL, SESSIONS_FIELDS, TABLES, RecordKind, SessionField,
-                                  column_names, current_rows_ddl, row_changes_ddl, table_path)
+                                  SESSIONS_DDL, SESSIONS_FIELDS, TABLES, VIOLATION_INFO_DDL, VIOLATIONS,
+                                  VIOLATIONS_DDL, VIOLATIONS_FIELDS, RecordKind, SessionField, column_names,
+                                  current_rows_ddl, row_changes_ddl, table_path)
 from reconstructor.schema import RowSchema
 from reconstructor.spark.compaction import compact_live_tables
 from reconstructor.spark.transactions import IdempotentDml, side_by_side, spark_like
@@ -48,6 +51,19 @@ QUERY_ID_WAIT_S = 600
 
 # A session record's ``info``, parsed: a struct column of the session's fields.
 SESSION_INFO = "session_info"
+
+
+DRIFT = ViolationKind.SNAPSHOT_DRIFT.value
+QUARANTINED = SessionStatus.QUARANTINED.value
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one micro-batch wrote to ``violations``."""
+
+    set_aside: int  # violations and records skipped while quarantined
+    drifts: int  # snapshot drifts
+    quarantined: int  # sessions whose batch ended with them quarantined
 
 
 def _is(kind: RecordKind) -> Column:
@@ -84,6 +100,8 @@ class DeltaSinks:
     _query_started: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _recorded: dict[str, TableState] = field(default_factory=dict, init=False, repr=False)
     _claimed: bool = field(default=False, init=False, repr=False)
+    #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
+    recorded: dict[int, "Recorded"] = field(default_factory=dict, init=False, repr=False)
 
     def check_writer(self, checkpoint) -> None:
         """Refuse (``UsageError``) to write tables another writer holds, before Kafka is read.
@@ -144,6 +162,7 @@ class DeltaSinks:
              {"delta.appendOnly": "true"}),
             (CURRENT_ROWS, current_rows_ddl(self.schema), [], {}),
             (SESSIONS, SESSIONS_DDL, [], {}),
+            (VIOLATIONS, VIOLATIONS_DDL, [], {"delta.appendOnly": "true"}),
         ]
 
         def create(name, ddl, parts, props):
@@ -156,13 +175,13 @@ class DeltaSinks:
                 builder = builder.property(key, value)
             builder.execute()
 
-        # Three independent tables: create them side by side (mostly driver round trips).
+        # Independent tables: create them side by side (mostly driver round trips).
         side_by_side(self.spark, *[functools.partial(create, *spec) for spec in specs])
 
     def start_creating_tables(self) -> None:
         """``ensure_tables`` in the background; ``await_tables`` and the first write wait for it.
 
-        Creating (or finding) three tables is a few driver round trips each; in the background it
+        Creating (or finding) the tables is a few driver round trips each; in the background it
         overlaps the query's start and its first batch's parse instead of delaying both.
         """
         pool = ThreadPoolExecutor(1, thread_name_prefix="ensure-tables")
@@ -196,6 +215,11 @@ class DeltaSinks:
                                         F.struct("topic", "partition", "offset"))).alias("violation"),
                 F.count(F.when(is_session & (F.get_json_object("info", "$.status") != SessionStatus.OPEN.value), 1))
                 .alias("closed"),
+                F.count(F.when(_is(RecordKind.RECORDED), 1)).alias("recorded"),
+                F.count(F.when(_is(RecordKind.RECORDED) & (F.get_json_object("info", "$.kind") == DRIFT), 1))
+                .alias("drifts"),
+                F.count(F.when(is_session & (F.get_json_object("info", "$.status") == QUARANTINED), 1))
+                .alias("quarantined"),
             ).collect()[0]
             if stats.records == 0:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
@@ -209,6 +233,9 @@ class DeltaSinks:
             sessions = (batch.filter(_is(RecordKind.SESSION))
                         .withColumn(SESSION_INFO, F.from_json("info", SESSION_INFO_DDL)))
             self._append_changes(changes, batch_id)
+            if stats.recorded:
+                self._append_violations(batch.filter(_is(RecordKind.RECORDED)), batch_id)
+                self.recorded[batch_id] = Recorded(stats.recorded - stats.drifts, stats.drifts, stats.quarantined)
             side_by_side(
                 self.spark,
                 lambda: self._write_current_rows(current, sessions, batch_id, closed=stats.closed > 0),
@@ -276,8 +303,31 @@ class DeltaSinks:
             .option("txnVersion", batch_id)
             .save(self.path(ROW_CHANGES)))
 
+    def _append_violations(self, recorded: DataFrame, batch_id: int) -> None:
+        """The batch's recorded rows, exactly once: an idempotent append (a replay inserts a row
+        only when its record and kind are absent)."""
+        info = F.from_json("info", VIOLATION_INFO_DDL)
+        out = (recorded.select("topic", info.alias("v"))
+               .select("topic", *[F.col(f"v.{name}").alias(name) for name in column_names(VIOLATIONS_FIELDS)
+                                  if name not in ("topic", "detected_at")],
+                       F.current_timestamp().alias("detected_at"))
+               .select(*column_names(VIOLATIONS_FIELDS)))
+        if self.dedupe_changes:
+            with self._txn(batch_id, VIOLATIONS):
+                (DeltaTable.forPath(self._writer(VIOLATIONS), self.path(VIOLATIONS)).alias("target")
+                 .merge(out.alias("source"), "target.topic = source.topic AND target.partition = source.partition "
+                        "AND target.offset = source.offset AND target.kind = source.kind")
+                 .whenNotMatchedInsertAll()
+                 .execute())
+            return
+        (out.write.format("delta").mode("append")
+            .option("txnAppId", f"{self.app_id}-{VIOLATIONS}")
+            .option("txnVersion", batch_id)
+            .save(self.path(VIOLATIONS)))
+
     def _merge_current_rows(self, current: DataFrame) -> None:
-        # The last change of each touched row in this batch; older batches are fenced off by seq.
+        # The last change of each touched row in this batch; older batches are fenced off by the
+        # offset (a session lives in one partition; a resync snapshot may carry a lower seq).
         cols = column_names(CURRENT_ROWS_FIELDS, self.schema)
         source = current.withColumn("updated_at", F.col("event_ts")).select(*cols, "op")
         target = DeltaTable.forPath(self._writer(CURRENT_ROWS), self.path(CURRENT_ROWS))
@@ -285,18 +335,19 @@ class DeltaSinks:
         (target.alias("target").merge(
             source.alias("source"),
             "target.topic = source.topic AND target.session = source.session AND target.row_id = source.row_id")
-         .whenMatchedDelete(condition="source.op = 'delete' AND source.seq >= target.seq")
-         .whenMatchedUpdate(condition="source.seq >= target.seq", set=assign)
+         .whenMatchedDelete(condition="source.op = 'delete' AND source.offset >= target.offset")
+         .whenMatchedUpdate(condition="source.offset >= target.offset", set=assign)
          .whenNotMatchedInsert(condition="source.op <> 'delete'", values=assign)
          .execute())
 
     def _delete_closed_sessions(self, sessions: DataFrame) -> None:
-        """A session that ended or timed out leaves the live table."""
-        closed = sessions.filter(F.col(f"{SESSION_INFO}.status") != SessionStatus.OPEN.value).select("topic", "session", "seq")
+        """A session that ended, timed out or was quarantined leaves the live table."""
+        closed = (sessions.filter(F.col(f"{SESSION_INFO}.status") != SessionStatus.OPEN.value)
+                  .select("topic", "session", "offset"))
         target = DeltaTable.forPath(self._writer(CURRENT_ROWS), self.path(CURRENT_ROWS))
         (target.alias("target").merge(closed.alias("source"),
                                       "target.topic = source.topic AND target.session = source.session")
-         .whenMatchedDelete(condition="target.seq <= source.seq")
+         .whenMatchedDelete(condition="target.offset <= source.offset")
          .execute())
 
     def _merge_sessions(self, sessions: DataFrame) -> None:
@@ -309,8 +360,8 @@ class DeltaSinks:
         target = DeltaTable.forPath(self._writer(SESSIONS), self.path(SESSIONS))
         (target.alias("target").merge(source.alias("source"),
                                       "target.topic = source.topic AND target.session = source.session")
-         .whenMatchedUpdate(condition=f"source.last_seq >= target.last_seq OR target.status <> '{SessionStatus.OPEN.value}'",
-                            set=assign)
+         .whenMatchedUpdate(condition="source.last_offset >= target.last_offset OR "
+                                      f"target.status <> '{SessionStatus.OPEN.value}'", set=assign)
          .whenNotMatchedInsertAll()
          .execute())
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from reconstructor.core import IntegrityViolation, ViolationKind
 from reconstructor.core.batch import process_batch
+from reconstructor.core.policy import IntegrityPolicy, OnViolation
 from reconstructor.core.state import SessionStatus
 from reconstructor.output import RecordKind
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple, state_to_tuple
@@ -138,4 +139,40 @@ def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_sessio
     assert (carried.kind, carried.offset) == (ViolationKind.AFTER_END, 2)
 
     forgotten = _group_state(silent.get, timed_out=True)
+    assert call(fn, [], forgotten) == [] and forgotten._removed
+
+
+def test_in_quarantine_mode_a_violation_is_recorded_rows_and_the_session_waits_for_its_resync():
+    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
+                              policy=IntegrityPolicy(OnViolation.QUARANTINE))
+    snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
+    state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
+    gap = typed(to_frame([Msg(1, "update", offset=1, rows=[{"id": "a", "values": {}}]),
+                          Msg(3, "update", offset=2, rows=[{"id": "a", "values": {}}])]))
+    gs = group_state(state)
+    recorded, out = call(fn, [gap.assign(value=["v1", "v2"])], gs)
+
+    assert list(recorded["record"]) == [RecordKind.RECORDED]
+    v = IntegrityViolation.from_json(recorded["info"].iloc[0])
+    assert (v.kind, v.offset, v.expected_seq, v.found_seq, v.value) == (ViolationKind.GAP, 2, 2, 3, "v2")
+    assert list(out["record"]) == [RecordKind.CHANGE, RecordKind.SESSION]  # seq 1 applied before the gap
+    assert json.loads(out["info"].iloc[-1])["status"] == "quarantined"
+    assert gs._timeout_timestamp == RETENTION_MS  # set aside for the retention, not the timeout
+
+    # Records before its next snapshot: recorded as skipped, the state unchanged.
+    waiting = _group_state(gs.get)
+    (skipped,) = call(fn, [typed(to_frame([Msg(4, "update", offset=3, rows=[{"id": "a", "values": {}}])]))],
+                      waiting)
+    assert [IntegrityViolation.from_json(i).kind for i in skipped["info"]] == [ViolationKind.SKIPPED]
+    assert not waiting._updated and waiting._timeout_timestamp == RETENTION_MS
+
+    # The next snapshot resyncs it: open, its table the snapshot's.
+    resync = Msg(5, "snapshot", offset=4, rows=[{"id": "b", "values": {}}])
+    drift, out = call(fn, [typed(to_frame([resync]))], _group_state(gs.get))
+    assert IntegrityViolation.from_json(drift["info"].iloc[0]).kind == ViolationKind.SNAPSHOT_DRIFT
+    assert list(zip(out["row_id"][:2], out["op"][:2])) == [("a", "delete"), ("b", "upsert")]
+    assert json.loads(out["info"].iloc[-1])["status"] == "open"
+
+    # Quarantined and silent for the retention: forgotten, with nothing written.
+    forgotten = _group_state(gs.get, timed_out=True)
     assert call(fn, [], forgotten) == [] and forgotten._removed
