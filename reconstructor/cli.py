@@ -130,13 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     produce = sub.add_parser("produce", help="the demo sensor fleet, with fault injection",
                              formatter_class=_fmt,
                              description="Publish sessions (snapshot, updates, end) for a fleet of demo sensors.",
-                             epilog="example:\n  reconstructor produce --sensors 3 --sessions 2 --rows 200 --updates 500 --inject gap\n")
+                             epilog="examples:\n  reconstructor produce --sensors 3 --sessions 2 --rows 200 --updates 500 --inject gap\n"
+                                    "  reconstructor demo --inject gap-resync --on-violation quarantine\n")
     _add_fleet_flags(produce)
 
     demo = sub.add_parser("demo", help="start local Kafka and S3 if needed, produce, reconstruct, summarise",
                           formatter_class=_fmt,
                           description="The whole pipeline on the local stack (127.0.0.1:9092, http://127.0.0.1:9000).")
     _add_fleet_flags(demo, bootstrap=False)
+    demo.add_argument("--on-violation", choices=[v.value for v in OnViolation],
+                      help="what the run does on a violation (default fail); try quarantine with --inject gap-resync")
 
     cfg = sub.add_parser("config", help="show the effective configuration (secrets redacted)", formatter_class=_fmt)
     cfg.add_argument("action", choices=["show"])
@@ -189,8 +192,10 @@ def _add_fleet_flags(p: argparse.ArgumentParser, bootstrap: bool = True) -> None
     p.add_argument("--partitions", type=int, default=3, help="partitions of each topic it creates (default 3)")
     p.add_argument("--no-end", action="store_true", help="leave the sessions open")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--inject", choices=["gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end"],
-                   help="break one session on purpose")
+    p.add_argument("--inject", choices=["gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end",
+                                        "gap-resync", "drift"],
+                   help="break one session on purpose (gap-resync: a lost update, then a snapshot of the "
+                        "sensor's table; drift: an update that lost its rows, then such a snapshot)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more (librdkafka's notices too)")
 
 

@@ -19,7 +19,7 @@ from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet, publish
 from reconstructor.devstack.producer import SensorProducer, librdkafka_logging
 from reconstructor.errors import ReconstructorError, UsageError
-from reconstructor.output import SESSIONS, TABLES, table_path
+from reconstructor.output import SESSIONS, TABLES, VIOLATIONS, table_path
 
 
 def produce(args) -> int:
@@ -76,6 +76,7 @@ def demo(args) -> int:
         "bootstrap_servers": bootstrap, "topic_pattern": f"{args.topic_prefix}[0-9]+",
         "output": f"{root}/tables", "checkpoint": f"{root}/checkpoint", "compact_every": "off",
         "jars_dir": str(localstack.jars_dir().resolve()),
+        **({"on_violation": args.on_violation} if getattr(args, "on_violation", None) else {}),
         "s3": {"endpoint": localstack.s3_endpoint(), "region": localstack.S3_REGION,
                "access_key": localstack.S3_ACCESS_KEY, "secret_key": localstack.S3_SECRET_KEY,
                "path_style": True},
@@ -135,5 +136,11 @@ def _summarise(output: str) -> None:
     print("\nsessions:")
     sessions = spark.read.format("delta").load(table_path(output, SESSIONS))
     for r in sessions.orderBy("topic", "session").collect():
-        print(f"  {r.topic:<28} {r.session:<40} {r.status:<9} seq {r.first_seq}..{r.last_seq}"
+        print(f"  {r.topic:<28} {r.session:<40} {r.status:<11} seq {r.first_seq}..{r.last_seq}"
               f"  rows {r.row_count}")
+    violations = spark.read.format("delta").load(table_path(output, VIOLATIONS))
+    if violations.head(1):
+        print("\nviolations (first 10):")
+        for r in violations.orderBy("topic", "partition", "offset").limit(10).collect():
+            print(f"  {r.kind:<14} {r.topic}[{r.partition}]@{r.offset} session={r.session} "
+                  f"expected_seq={r.expected_seq} found_seq={r.found_seq}: {r.detail[:80]}")

@@ -15,7 +15,10 @@ from typing import Iterator
 
 from reconstructor.devstack.producer import encode
 
-FAULTS = ("gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end")
+FAULTS = ("gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end", "gap-resync", "drift")
+#: How many of the session's messages after the fault the resync snapshot of ``gap-resync`` and
+#: ``drift`` comes: the ones between are what quarantine mode sets aside.
+RESYNC_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -87,10 +90,8 @@ class _Session:
             for _ in range(self.spec.rows):
                 self.table[f"row-{self.next_row:06d}"] = self.values()
                 self.next_row += 1
-        else:  # a resync: the same table, some rows changed or gone
-            for rid in list(self.table):
-                if self.rng.random() < self.spec.delete_ratio:
-                    del self.table[rid]
+        # A periodic snapshot carries the table as the updates left it: a healthy sensor's snapshot
+        # never differs from the rebuilt table (``inject(..., "drift")`` makes one that does).
         return self.msg("snapshot", [{"id": k, "values": v} for k, v in self.table.items()])
 
     def update(self) -> dict:
@@ -134,17 +135,38 @@ def plan_fleet(spec: FleetSpec) -> Iterator[Planned]:
             yield Planned(s.topic, s.session, s.msg("end", None))
 
 
-def inject(messages: list[Planned], fault: str, rng: random.Random | None = None) -> tuple[list[Planned], Planned]:
-    """Return the messages with one fault injected in one session, and the record that breaks it."""
+def inject(messages: list[Planned], fault: str, rng: random.Random | None = None,
+           session: str | None = None) -> tuple[list[Planned], Planned]:
+    """Return the messages with one fault injected in one session (``session``, else one picked),
+    and the record that breaks it.
+
+    ``gap-resync``: an update lost, and a few messages later a snapshot of the sensor's table (what
+    quarantine mode resyncs from).  ``drift``: an update that reaches Kafka without its rows (every
+    seq arrives), and a few messages later a snapshot of the sensor's table: only the snapshot audit
+    sees it.  Both snapshots replace an update of the same seq, so later seqs are untouched.
+    """
     if fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
     rng = rng or random.Random(1)
     out = list(messages)
-    updates = [i for i, p in enumerate(out) if p.message["type"] == "update"]
+    updates = [i for i, p in enumerate(out) if p.message["type"] == "update"
+               and (session is None or p.session == session)]
     if not updates:
         raise ValueError("the fleet has no updates to inject a fault into")
     i = updates[len(updates) // 2 + rng.randrange(max(1, len(updates) // 4))]
     victim = out[i]
+    if fault in ("gap-resync", "drift"):
+        later = [j for j, p in enumerate(out) if j > i and p.session == victim.session
+                 and p.message["type"] == "update"]
+        if len(later) < RESYNC_AFTER:
+            raise ValueError(f"session {victim.session} has too few updates after the fault for a resync")
+        at = later[RESYNC_AFTER - 1]
+        out[at] = _sensor_snapshot(messages, at)
+        if fault == "drift":
+            out[i] = Planned(victim.topic, victim.session, {**victim.message, "rows": []})
+            return out, out[at]
+        del out[i]
+        return out, next(p for p in out[i:] if p.session == victim.session)
     if fault == "gap":
         del out[i]
         later = next(p for p in out[i:] if p.session == victim.session)
@@ -175,6 +197,15 @@ def inject(messages: list[Planned], fault: str, rng: random.Random | None = None
                      "ts": last["ts"], "rows": []})
     out.insert(end_at + 1, extra)
     return out, extra
+
+
+def _sensor_snapshot(messages: list[Planned], at: int) -> Planned:
+    """A snapshot, in place of the update at ``at``, of the table the sensor holds once that update
+    is made: its session's messages replayed up to it."""
+    p = messages[at]
+    table = expected_tables([q for q in messages[:at + 1] if q.session == p.session and q.topic == p.topic])
+    rows = [{"id": rid, "values": values} for rid, values in table[(p.topic, p.session)].items()]
+    return Planned(p.topic, p.session, {**p.message, "type": "snapshot", "rows": rows})
 
 
 def expected_tables(messages) -> dict[tuple[str, str], dict[str, dict]]:

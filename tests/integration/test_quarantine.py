@@ -1,0 +1,109 @@
+"""Quarantine mode and the snapshot audit on the real stack: Kafka, Spark's Kafka source, the
+stateful step and Delta, through the command line."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Producer
+
+from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet
+from reconstructor.schema import RowSchema
+from tests.support.cli import cli
+from tests.support.pipeline import (current_tables, expected_all, expected_open, offsets_of, produce, read_table,
+                                    replayed_tables)
+
+pytestmark = pytest.mark.integration
+NAMES = RowSchema.load().names
+PARTITIONS = 2
+FAULTS = {"gap": "GAP", "duplicate": "DUPLICATE", "malformed": "MALFORMED"}
+
+
+def run_cli(stack, pattern, out, chk, *flags):
+    return cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", pattern,
+               "--output", out, "--checkpoint", chk, "--compact-every", "off", *flags)
+
+
+def violations(spark, out) -> list[tuple]:
+    rows = read_table(spark, out, "violations").orderBy("topic", "partition", "offset").collect()
+    return [(r.topic, r.partition, r.offset, r.session, r.kind, r.expected_seq, r.found_seq, r.detail, r.value)
+            for r in rows]
+
+
+def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs_each_at_its_next_snapshot(
+        stack, spark, run_id, tmp_path):
+    spec = FleetSpec(topic_prefix=f"q{run_id}-sensor-", sensors=2, sessions_per_sensor=3, rows=15,
+                     updates=40, rows_per_update=2, resync_every=10, end_sessions=False, seed=3)
+    original = list(plan_fleet(spec))
+    victims = sorted({p.session for p in original})[::2]  # three sessions, on both topics
+    messages, culprits = original, {}
+    for n, (fault, session) in enumerate(zip(FAULTS, victims)):
+        messages, culprits[session] = inject(messages, fault, random.Random(n), session=session)
+    produce(spec, messages, PARTITIONS)
+    placed = dict(zip(map(id, messages), offsets_of(messages, PARTITIONS)))
+    # A record that names no session: no key, and a value that is not JSON.
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers()})
+    producer.produce(f"{spec.topic_prefix}0", value=b"not json", partition=1)
+    assert producer.flush(30) == 0
+
+    pattern = f"{spec.topic_prefix}[0-9]+"
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    ran = run_cli(stack, pattern, out, chk, "--on-violation", "quarantine", "--max-offsets-per-trigger", "70")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "records set aside" in ran.stderr
+    assert ran.stderr.strip().splitlines()[-1].startswith("quarantine: 0 sessions quarantined now; this run set aside")
+
+    # Every session's table is exact: the untouched ones throughout, the broken ones after their resync.
+    assert current_tables(spark, out, NAMES) == expected_open(original, NAMES)
+    assert replayed_tables(spark, out, NAMES) == expected_all(original, NAMES)
+    changes = read_table(spark, out, "row_changes")
+    assert changes.select("topic", "partition", "offset", "row_pos", "row_id").distinct().count() == changes.count()
+    assert {r.status for r in read_table(spark, out, "sessions").collect()} == {"open"}
+
+    recorded = violations(spark, out)
+    by_session = defaultdict(list)
+    for row in recorded:
+        by_session[row[3]].append(row)
+    assert set(by_session) == set(victims) | {None}
+    (unnamed,) = by_session[None]
+    assert (unnamed[0], unnamed[1], unnamed[4], unnamed[8]) == (f"{spec.topic_prefix}0", 1, "MALFORMED", "not json")
+    for (fault, kind), session in zip(FAULTS.items(), victims):
+        culprit = culprits[session]
+        first, *rest = by_session[session]
+        assert (first[1], first[2], first[4]) == (*placed[id(culprit)], kind), fault
+        assert first[8] is not None  # the raw value, as Kafka held it
+        assert {r[4] for r in rest} <= {"SKIPPED", "SNAPSHOT_DRIFT"}
+        # What was set aside ends at the resync snapshot: the record after it applies again.
+        assert all(r[2] > first[2] for r in rest)
+
+    # The same stream in one micro-batch: the same tables and the same violations.
+    out2, chk2 = str(tmp_path / "out2"), str(tmp_path / "chk2")
+    ran = run_cli(stack, pattern, out2, chk2, "--on-violation", "quarantine")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert violations(spark, out2) == recorded
+    assert current_tables(spark, out2, NAMES) == current_tables(spark, out, NAMES)
+
+
+def test_a_dropped_update_before_a_periodic_snapshot_is_recorded_as_drift_and_fails_the_query_when_asked(
+        stack, spark, run_id, tmp_path):
+    prefix = f"drift{run_id}-sensor-"
+    produced = cli("produce", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-prefix", prefix,
+                   "--sensors", "1", "--sessions", "2", "--rows", "12", "--updates", "30", "--no-end",
+                   "--inject", "drift")
+    assert produced.returncode == 0, produced.stderr
+    pattern = f"{prefix}[0-9]+"
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    ran = run_cli(stack, pattern, out, chk)  # the default: fail on violations, record drifts
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "1 snapshot drift" in ran.stderr
+    (drift,) = violations(spark, out)
+    assert drift[4] == "SNAPSHOT_DRIFT" and drift[5] == drift[6]
+    assert drift[7].startswith("snapshot differs from the table rebuilt from the updates: ")
+    assert "'row-" in drift[7]  # names the rows that differ
+
+    failed = run_cli(stack, pattern, str(tmp_path / "out2"), str(tmp_path / "chk2"), "--on-drift", "fail")
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    assert failed.stderr.strip().splitlines()[-1].startswith(
+        f"reconstructor: INTEGRITY VIOLATION SNAPSHOT_DRIFT topic={prefix}0 partition={drift[1]} offset={drift[2]}")
