@@ -80,11 +80,15 @@ def _log_progress(recorded: dict, p: dict) -> None:
 def recorded_text(r) -> str:
     """What a batch wrote to ``violations``, in words."""
     parts = []
-    if r.set_aside or r.quarantined:
-        parts.append(f"{r.set_aside:,} records set aside, {r.quarantined:,} sessions quarantined")
+    if r.set_aside:
+        parts.append(f"{_count(r.set_aside, 'record')} set aside from {_count(r.sessions, 'session')}")
     if r.drifts:
-        parts.append(f"{r.drifts:,} snapshot drift{'s' if r.drifts != 1 else ''}")
+        parts.append(_count(r.drifts, "snapshot drift"))
     return ", ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _run_summary(spark, cfg: Config, batches) -> str:
@@ -98,8 +102,9 @@ def _run_summary(spark, cfg: Config, batches) -> str:
     set_aside, drifts = sum(b.set_aside for b in batches), sum(b.drifts for b in batches)
     now = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
            .filter(f"status = '{SessionStatus.QUARANTINED.value}'").count())
-    return (f"quarantine: {now:,} sessions quarantined now; this run set aside {set_aside:,} records and "
-            f"recorded {drifts:,} snapshot drifts in {table_path(cfg.output, VIOLATIONS)}")
+    return (f"quarantine: {_count(now, 'session')} quarantined now; this run set aside "
+            f"{_count(set_aside, 'record')} and recorded {_count(drifts, 'snapshot drift')} in "
+            f"{table_path(cfg.output, VIOLATIONS)}")
 
 
 # --------------------------------------------------------------------------------------------------

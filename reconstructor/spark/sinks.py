@@ -54,16 +54,15 @@ SESSION_INFO = "session_info"
 
 
 DRIFT = ViolationKind.SNAPSHOT_DRIFT.value
-QUARANTINED = SessionStatus.QUARANTINED.value
 
 
 @dataclass(frozen=True)
 class Recorded:
     """What one micro-batch wrote to ``violations``."""
 
-    set_aside: int  # violations and records skipped while quarantined
+    set_aside: int  # violations, and records skipped while their session is quarantined
+    sessions: int  # the sessions those records belong to (a record naming none counts as one)
     drifts: int  # snapshot drifts
-    quarantined: int  # sessions whose batch ended with them quarantined
 
 
 def _is(kind: RecordKind) -> Column:
@@ -218,8 +217,8 @@ class DeltaSinks:
                 F.count(F.when(_is(RecordKind.RECORDED), 1)).alias("recorded"),
                 F.count(F.when(_is(RecordKind.RECORDED) & (F.get_json_object("info", "$.kind") == DRIFT), 1))
                 .alias("drifts"),
-                F.count(F.when(is_session & (F.get_json_object("info", "$.status") == QUARANTINED), 1))
-                .alias("quarantined"),
+                F.count_distinct(F.when(_is(RecordKind.RECORDED) & (F.get_json_object("info", "$.kind") != DRIFT),
+                                        F.struct("topic", "session"))).alias("sessions_set_aside"),
             ).collect()[0]
             if stats.records == 0:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
@@ -235,7 +234,8 @@ class DeltaSinks:
             self._append_changes(changes, batch_id)
             if stats.recorded:
                 self._append_violations(batch.filter(_is(RecordKind.RECORDED)), batch_id)
-                self.recorded[batch_id] = Recorded(stats.recorded - stats.drifts, stats.drifts, stats.quarantined)
+                self.recorded[batch_id] = Recorded(stats.recorded - stats.drifts, stats.sessions_set_aside,
+                                                   stats.drifts)
             side_by_side(
                 self.spark,
                 lambda: self._write_current_rows(current, sessions, batch_id, closed=stats.closed > 0),
