@@ -7,8 +7,8 @@ before unreadable, so their exact text is pinned here.
 
 from __future__ import annotations
 
-from reconstructor.output import (RECORD_FIELDS, SESSION_INFO_DDL, SESSIONS_DDL, STATE_DDL, TABLES, RecordKind,
-                                  column_names, current_rows_ddl, records_ddl, row_changes_ddl, table_path)
+from reconstructor.output import (RECORD_FIELDS, SESSION_INFO_DDL, SESSIONS_DDL, STATE_DDL, TABLES, VIOLATIONS_DDL,
+                                  RecordKind, column_names, current_rows_ddl, records_ddl, row_changes_ddl, table_path)
 from reconstructor.schema import RowSchema
 
 SCHEMA = RowSchema.from_dict({"name": "t", "columns": [{"name": "temperature", "type": "double"},
@@ -23,7 +23,7 @@ def test_the_state_is_the_tuple_existing_checkpoints_hold():
 
 
 def test_the_tables_keep_their_columns_types_and_order():
-    assert TABLES == ("row_changes", "current_rows", "sessions")
+    assert TABLES == ("row_changes", "current_rows", "sessions", "violations")
     assert row_changes_ddl(SCHEMA) == (
         "topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL, "
         "session STRING NOT NULL, seq BIGINT NOT NULL, type STRING NOT NULL, row_pos INT, "
@@ -38,6 +38,9 @@ def test_the_tables_keep_their_columns_types_and_order():
         "first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, snapshot_seq BIGINT, "
         "snapshot_offset BIGINT, row_count BIGINT, started_ts TIMESTAMP, last_event_ts TIMESTAMP, "
         "updated_at TIMESTAMP")
+    assert VIOLATIONS_DDL == (
+        "topic STRING NOT NULL, partition INT, offset BIGINT, session STRING, kind STRING NOT NULL, "
+        "expected_seq BIGINT, found_seq BIGINT, detail STRING, value STRING, detected_at TIMESTAMP")
     assert table_path("s3a://bucket/out/", "sessions") == "s3a://bucket/out/sessions"
 
 
