@@ -18,6 +18,7 @@ from reconstructor.errors import IntegrityViolationError, ReconstructorError, er
 from reconstructor.schema import RowSchema
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
+from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.source import kafka_stream
@@ -90,6 +91,8 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
     sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes)
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
     sinks.check_writer(checkpoint_state(spark, cfg.checkpoint))
+    # Existing tables take the row schema's new columns; a change that would lose data is refused.
+    evolve_tables(spark, cfg.output, schema)
     sinks.start_creating_tables()
     raw = kafka_stream(
         spark,
