@@ -12,12 +12,15 @@ import datetime as dt
 import json
 import logging
 import sys
+import time
 import uuid
 
 from reconstructor import replay_plan, validate
 from reconstructor.config import AVAILABLE_NOW, Config, default_jars_dir, from_args
 from reconstructor.errors import ReconstructorError
+from reconstructor.failures import explain
 from reconstructor.progress import CatchUpProgress
+from reconstructor.restarts import Restarts, attempts_for
 
 log = logging.getLogger("reconstructor")
 
@@ -49,17 +52,39 @@ def _validated_stream(cfg: Config) -> None:
     validate.local_output_writable(cfg.checkpoint, "--checkpoint")
 
 
-def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = False) -> int:
-    from reconstructor.pipeline import start
-
+def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = False,
+            restarts: Restarts | None = None) -> int:
+    """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
+    after a transient failure (the checks before Spark starts run once: a restart only starts)."""
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
     spark = _spark(cfg, app)
+    restarts = restarts or Restarts(0, cfg.restart_backoff)
+    report = progress or _log_progress
+
+    def on_progress(p: dict) -> None:
+        restarts.progressed(p)
+        report(p)
+
+    while True:
+        try:
+            _query(spark, cfg, on_progress, dedupe_changes)
+            return 0
+        except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
+            delay = restarts.after(exc)
+            if delay is None:
+                raise
+            print(f"reconstructor: {restarts.line(delay, explain(exc, cfg))}", file=sys.stderr, flush=True)
+            time.sleep(delay.total_seconds())
+
+
+def _query(spark, cfg: Config, on_progress, dedupe_changes: bool) -> None:
+    from reconstructor.pipeline import start
+
     running = start(spark, cfg, dedupe_changes=dedupe_changes)
     try:
-        running.await_termination(on_progress=progress or _log_progress)
+        running.await_termination(on_progress=on_progress)
     finally:
         running.stop()
-    return 0
 
 
 def _log_progress(p: dict) -> None:
@@ -74,7 +99,8 @@ def _log_progress(p: dict) -> None:
 def run(args) -> int:
     cfg = from_args(args)
     _validated_stream(cfg)
-    return _stream(cfg, "reconstructor-run")
+    restarts = Restarts(attempts_for(cfg.trigger, cfg.restart_attempts), cfg.restart_backoff)
+    return _stream(cfg, "reconstructor-run", restarts=restarts)
 
 
 def config_show(args) -> int:
