@@ -149,14 +149,21 @@ def test_a_continuous_run_rides_through_a_broker_kill_and_a_frozen_s3_endpoint(
 
     produce(messages[:first])
     log = tmp_path / "run.log"
-    proc, out = _start_run(private, spark, bucket, pattern, log,
+    # The driver's Kafka calls give up after seconds instead of a minute, so the broker's outage
+    # fails the query (three tries of fetching offsets) and the run must restart it.
+    settings = tmp_path / "run.toml"
+    settings.write_text('[kafka]\n"default.api.timeout.ms" = "3000"\n"request.timeout.ms" = "3000"\n')
+    proc, out = _start_run(private, spark, bucket, pattern, log, "--config", str(settings),
                            "--restart-attempts", "8", "--restart-backoff", "1 second")
     try:
         _await_tables(spark, out, messages[:first], proc, log, "before any outage")
 
         # (1) The broker dies mid-stream and comes back on its own data; more arrives after.
         private.kill("kafka")
-        time.sleep(5)
+        deadline = time.monotonic() + 120
+        while not _restart_lines(log) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert _restart_lines(log), f"the query never failed without its broker:\n{_tail(log)}"
         private.start("kafka")
         produce(messages[first:second])
         _await_tables(spark, out, messages[:second], proc, log, "after the broker's restart")
