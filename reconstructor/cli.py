@@ -158,6 +158,11 @@ def _add_stream_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-retention", metavar="DURATION",
                    help="forget a silent session's state after this (default 7 days; longer than the timeout)")
     p.add_argument("--compact-every", metavar="DURATION", help="in-stream compaction interval (default 1 hour; 'off' to disable)")
+    p.add_argument("--restart-attempts", type=int, metavar="N",
+                   help="restart a query that failed (not on a violation or bad usage) up to N times in a row "
+                        "from its checkpoint (default 5 with an interval trigger, 0 with available-now)")
+    p.add_argument("--restart-backoff", metavar="DURATION",
+                   help="wait before the first restart, doubling each attempt up to 1 minute (default 2 seconds)")
     _add_integrity_flags(p)
     _add_unsafe_vacuum_flag(p)
 

@@ -13,12 +13,15 @@ import functools
 import json
 import logging
 import sys
+import time
 import uuid
 
 from reconstructor import replay_plan, validate
 from reconstructor.config import AVAILABLE_NOW, Config, default_jars_dir, from_args
 from reconstructor.errors import ReconstructorError
+from reconstructor.failures import explain
 from reconstructor.progress import CatchUpProgress
+from reconstructor.restarts import Restarts, attempts_for
 
 log = logging.getLogger("reconstructor")
 
@@ -50,22 +53,47 @@ def _validated_stream(cfg: Config) -> None:
     validate.local_output_writable(cfg.checkpoint, "--checkpoint")
 
 
-def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = False) -> int:
-    from reconstructor.pipeline import start
-
+def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = False,
+            restarts: Restarts | None = None) -> int:
+    """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
+    after a transient failure (the checks before Spark starts run once: a restart only starts)."""
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
     spark = _spark(cfg, app)
+    restarts = restarts or Restarts(0, cfg.restart_backoff)
+    recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
+    while True:
+        try:
+            _query(spark, cfg, restarts, progress, recorded, dedupe_changes)
+            break
+        except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
+            delay = restarts.after(exc)
+            if delay is None:
+                raise
+            print(f"reconstructor: {restarts.line(delay, explain(exc, cfg))}", file=sys.stderr, flush=True)
+            time.sleep(delay.total_seconds())
+    if progress is not None:  # a catch-up display of its own: the records set aside once, at the end
+        for batch_id in sorted(recorded):
+            print(f"batch {batch_id}: {recorded_text(recorded[batch_id])}", file=sys.stderr)
+    if cfg.policy().quarantine or recorded:
+        print(_run_summary(spark, cfg, recorded.values()), file=sys.stderr)
+    return 0
+
+
+def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool) -> None:
+    from reconstructor.pipeline import start
+
     running = start(spark, cfg, dedupe_changes=dedupe_changes)
+    report = progress or functools.partial(_log_progress, running.sinks.recorded)
+
+    def on_progress(p: dict) -> None:
+        restarts.progressed(p)
+        report(p)
+
     try:
-        running.await_termination(on_progress=progress or functools.partial(_log_progress, running.sinks.recorded))
+        running.await_termination(on_progress=on_progress)
     finally:
         running.stop()
-    if progress is not None:  # a catch-up display of its own: the run's records set aside once, at the end
-        for batch_id in sorted(running.sinks.recorded):
-            print(f"batch {batch_id}: {recorded_text(running.sinks.recorded[batch_id])}", file=sys.stderr)
-    if cfg.policy().quarantine or running.sinks.recorded:
-        print(_run_summary(spark, cfg, running.sinks.recorded.values()), file=sys.stderr)
-    return 0
+        recorded.update(running.sinks.recorded)
 
 
 def _log_progress(recorded: dict, p: dict) -> None:
@@ -113,7 +141,8 @@ def _run_summary(spark, cfg: Config, batches) -> str:
 def run(args) -> int:
     cfg = from_args(args)
     _validated_stream(cfg)
-    return _stream(cfg, "reconstructor-run")
+    restarts = Restarts(attempts_for(cfg.trigger, cfg.restart_attempts), cfg.restart_backoff)
+    return _stream(cfg, "reconstructor-run", restarts=restarts)
 
 
 def config_show(args) -> int:

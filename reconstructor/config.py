@@ -63,11 +63,14 @@ class Duration(dt.timedelta):
               "d": dt.timedelta(days=1), "day": dt.timedelta(days=1)}
 
     def __new__(cls, text: str) -> "Duration":
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+?)s?\s*", text or "")
-        if not m or m.group(2).lower() not in cls._UNITS:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*", text or "")
+        # The unit as written first ("ms"), then without a plural "s" ("seconds", "mins").
+        unit = m and next((u for u in (m.group(2).lower(), m.group(2).lower().removesuffix("s"))
+                           if u in cls._UNITS), None)
+        if unit is None:
             raise ValueError(f"not a duration: {text!r} (use e.g. '30 seconds', '10 minutes', '1 hour')")
         # Whole milliseconds, the finest unit the settings are used in.
-        ms = int(float(m.group(1)) * (cls._UNITS[m.group(2).lower()] / dt.timedelta(milliseconds=1)))
+        ms = int(float(m.group(1)) * (cls._UNITS[unit] / dt.timedelta(milliseconds=1)))
         self = super().__new__(cls, milliseconds=ms)
         self.text = text
         return self
@@ -130,6 +133,10 @@ class Config:
     compact_grace: dt.timedelta = Duration("15 minutes")
     vacuum_retention: dt.timedelta = SAFE_VACUUM_RETENTION
     unsafe_vacuum_retention: bool = False  # allow a vacuum_retention under 168 hours
+    # Restarts of a failed query in a row (``reconstructor.restarts``); None: 5 for an interval
+    # trigger, none for available-now.  The wait before the first, doubling up to a minute.
+    restart_attempts: int | None = None
+    restart_backoff: dt.timedelta = Duration("2 seconds")
     shuffle_partitions: int | None = None
     master: str | None = None
     # The folder ``make jars`` fills (Spark's jars in its ``spark/`` subfolder); unset, the
@@ -244,7 +251,8 @@ def from_args(args: argparse.Namespace) -> Config:
 _DURATIONS = {"trigger": ("--trigger", False), "session_timeout": ("--session-timeout", False),
               "state_retention": ("--state-retention", False),
               "compact_every": ("--compact-every", False), "compact_grace": ("--grace", True),
-              "vacuum_retention": ("--vacuum-retention", False)}
+              "vacuum_retention": ("--vacuum-retention", False),
+              "restart_backoff": ("--restart-backoff", False)}
 
 
 def _parse_durations(cfg: Config) -> None:
@@ -325,7 +333,9 @@ def _apply(cfg: Config, data: Mapping[str, Any], source: str) -> None:
 _CHOICES = {"on_violation": tuple(v.value for v in OnViolation), "on_drift": tuple(v.value for v in OnDrift)}
 
 _FIELD_TYPES = {"max_offsets_per_trigger": int, "shuffle_partitions": int, "await_snapshot": bool,
-                "unsafe_vacuum_retention": bool}
+                "unsafe_vacuum_retention": bool, "restart_attempts": int}
+# Whole-number settings where zero means something (no restart at all).
+_ZERO_ALLOWED = frozenset({"restart_attempts"})
 
 
 def _coerce(key: str, value, typ, source: str):
@@ -344,7 +354,9 @@ def _coerce(key: str, value, typ, source: str):
             number = int(value)
         except (TypeError, ValueError):
             raise UsageError(f"{source}: {key} must be a whole number, got {value!r}") from None
-        if number <= 0:
+        if key in _ZERO_ALLOWED and number < 0:
+            raise UsageError(f"{source}: {key} must be zero or more, got {value!r}")
+        if number <= 0 and key not in _ZERO_ALLOWED:
             raise UsageError(f"{source}: {key} must be positive, got {value!r}")
         return number
     return str(value)

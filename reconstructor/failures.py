@@ -22,7 +22,9 @@ _NO_CREDENTIALS = ("NoAuthWithAWSException", "No AWS Credentials provided", "Una
 _REFUSED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Status Code: 403",
             "Forbidden")
 _UNREACHABLE = ("Connection refused", "UnknownHostException", "Unable to execute HTTP request",
-                "connect timed out", "No route to host", "Name or service not known")
+                "connect timed out", "No route to host", "Name or service not known",
+                # An endpoint that accepts connections but never answers: the SDK's call timeout.
+                "ApiCallTimeoutException", "ApiCallAttemptTimeoutException")
 _KAFKA_DOWN = ("Timed out waiting for a node assignment", "Failed to get metadata",
                "Broker transport failure", "Timeout expired while fetching topic metadata")
 

@@ -363,6 +363,17 @@ def _ensure_bucket() -> None:
         client.create_bucket(Bucket=S3_BUCKET)
 
 
+def signal_server(name: str, sig: int) -> int:
+    """Send ``sig`` to one server of this stack ("kafka" or "s3") and its process group; returns its
+    pid.  Outage tests kill one (SIGKILL, then ``start_kafka``/``start_s3`` on the same data) or
+    freeze it (SIGSTOP, then SIGCONT) on a stack folder and ports of their own."""
+    pid = _read_pid(name)
+    if pid is None:
+        raise StackError(f"{name} is not running in {stack_dir()}")
+    os.killpg(pid, sig)
+    return pid
+
+
 # --------------------------------------------------------------------------------------------------
 
 

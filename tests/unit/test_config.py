@@ -177,3 +177,12 @@ def test_named_triggers_stay_names_and_compaction_can_be_turned_off():
 def test_a_bad_duration_is_a_usage_error_naming_its_flag(setting, value, message):
     with pytest.raises(UsageError, match=message):
         config.load(None, env={}, flags={setting: value})
+
+
+@pytest.mark.parametrize("text, value", [
+    ("500ms", dt.timedelta(milliseconds=500)), ("500 ms", dt.timedelta(milliseconds=500)),
+    ("2 milliseconds", dt.timedelta(milliseconds=2)), ("30s", dt.timedelta(seconds=30)),
+    ("3 mins", dt.timedelta(minutes=3)), ("10m", dt.timedelta(minutes=10)), ("2 hours", dt.timedelta(hours=2)),
+])
+def test_a_duration_reads_its_unit_as_written(text, value):
+    assert config.Duration(text) == value

@@ -20,6 +20,13 @@ ENDPOINT_DOWN = (
     ": java.net.ConnectException: getFileStatus on s3a://recon/cp/chk/metadata: "
     "software.amazon.awssdk.core.exception.SdkClientException: Unable to execute HTTP request: "
     "Connect to 127.0.0.1:9 [/127.0.0.1] failed: Connection refused (SDK Attempt Count: 4)\n")
+ENDPOINT_FROZEN = (
+    "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+    "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach "
+    "batch sink.\n"
+    "Caused by: org.apache.hadoop.fs.s3a.AWSApiCallTimeoutException: getFileStatus on "
+    "s3a://recon/chk/state/0/1: software.amazon.awssdk.core.exception.ApiCallTimeoutException: Client "
+    "execution did not complete before the specified timeout configuration: 60000 millis\n")
 NO_CREDENTIALS = (
     "An error occurred while calling o78.exists.\n"
     ": java.nio.file.AccessDeniedException: s3a://recon/x/chk/metadata: "
@@ -59,6 +66,8 @@ def failure(text: str) -> Exception:
                           "(check the bucket and s3.endpoint)"),
     (NO_BUCKET, None, "s3a://nobucket: bucket nobucket does not exist (check the bucket and s3.endpoint)"),
     (ENDPOINT_DOWN, config(endpoint="http://127.0.0.1:9"),
+     "S3 endpoint http://127.0.0.1:9 does not answer: check s3.endpoint (RECON_S3_ENDPOINT)"),
+    (ENDPOINT_FROZEN, config(endpoint="http://127.0.0.1:9"),
      "S3 endpoint http://127.0.0.1:9 does not answer: check s3.endpoint (RECON_S3_ENDPOINT)"),
     (NO_CREDENTIALS, None, "s3a://recon: no S3 credentials: set s3.access_key and s3.secret_key "
                            "(RECON_S3_ACCESS_KEY, RECON_S3_SECRET_KEY) or the AWS credential chain"),
