@@ -8,14 +8,13 @@ import json
 import os
 
 import pytest
-from delta.tables import DeltaTable
 
-from reconstructor.output import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS, TABLES, column_names
+from reconstructor.output import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS, column_names
 from reconstructor.schema import RowSchema
 from reconstructor.spark.compaction import Compactor, compact_live_tables
-from tests.support.cli import cli
+from tests.support.cli import cli, refusal_line
 from tests.support.kafka import create_topics, send
-from tests.support.pipeline import current_tables, read_table
+from tests.support.pipeline import current_tables, read_table, table_versions
 
 pytestmark = pytest.mark.integration
 
@@ -32,16 +31,6 @@ def _write_schema(path, columns) -> RowSchema:
 
 def _row(rid, **values) -> dict:
     return {"id": rid, "values": values}
-
-
-def _versions(spark, out) -> dict:
-    return {t: DeltaTable.forPath(spark, f"{out}/{t}").history(1).collect()[0].version for t in TABLES}
-
-
-def _refusal(result) -> str:
-    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
-    (line,) = [x for x in result.stderr.splitlines() if x.startswith("reconstructor:")]
-    return line
 
 
 def test_a_new_column_evolves_the_tables_and_a_lossy_change_is_refused(stack, spark, run_id, tmp_path):
@@ -114,17 +103,17 @@ def test_a_new_column_evolves_the_tables_and_a_lossy_change_is_refused(stack, sp
     send(bootstrap, topic, "s-2", [
         {"seq": 2, "type": "update", "rows": [_row("c", temperature=3.1, humidity=51.0, status="new",
                                                      reading_count=2)]}])
-    before, commits = _versions(spark, out), sorted(os.listdir(os.path.join(chk, "commits")))
+    before, commits = table_versions(spark, out), sorted(os.listdir(os.path.join(chk, "commits")))
 
     _write_schema(schema_file, [c for c in V2 if c[0] != "status"])
-    line = _refusal(run())
+    line = refusal_line(run())
     assert "'status'" in line and ("row_changes" in line or "current_rows" in line), line
 
     _write_schema(schema_file, [("reading_count", "double") if c[0] == "reading_count" else c for c in V2])
-    line = _refusal(run())
+    line = refusal_line(run())
     assert "'reading_count'" in line and "bigint" in line and "double" in line, line
     assert "row_changes" in line or "current_rows" in line, line
 
-    assert _versions(spark, out) == before
+    assert table_versions(spark, out) == before
     assert sorted(os.listdir(os.path.join(chk, "commits"))) == commits
     assert current_tables(spark, out, v2.names) == expected

@@ -7,12 +7,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from delta.tables import DeltaTable
 
 from reconstructor.devstack.fleet import FleetSpec, plan_fleet
 from reconstructor.schema import RowSchema
-from tests.support.pipeline import assert_exact, current_tables, expected_open, produce, run
-from tests.support.cli import cli
+from tests.support.pipeline import assert_exact, current_tables, expected_open, produce, run, table_versions
+from tests.support.cli import cli, refusal_line
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
@@ -31,16 +30,6 @@ def _run(bootstrap, pattern, out, chk):
                "--checkpoint", chk, "--compact-every", "off")
 
 
-def _versions(spark, out) -> dict:
-    return {t: DeltaTable.forPath(spark, f"{out}/{t}").history(1).collect()[0].version for t in TABLES}
-
-
-def _refusal(result) -> str:
-    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
-    (line,) = [x for x in result.stderr.splitlines() if x.startswith("reconstructor:")]
-    return line
-
-
 
 
 def test_a_checkpoint_recreated_at_the_same_path_is_refused_and_the_tables_stay(
@@ -51,14 +40,14 @@ def test_a_checkpoint_recreated_at_the_same_path_is_refused_and_the_tables_stay(
     produce(spec, messages[:half], 2)
     first = _run(bootstrap, pattern, out, str(chk))
     assert first.returncode == 0, first.stderr[-2000:]
-    before = _versions(spark, out)
+    before = table_versions(spark, out)
 
     shutil.rmtree(chk)
     chk.mkdir()
     produce(spec, messages[half:], 2, create=False)
-    line = _refusal(_run(bootstrap, pattern, out, str(chk)))
+    line = refusal_line(_run(bootstrap, pattern, out, str(chk)))
     assert "replay" in line and "--output" in line and out in line
-    assert _versions(spark, out) == before  # not one commit: refused before reading Kafka
+    assert table_versions(spark, out) == before  # not one commit: refused before reading Kafka
     assert current_tables(spark, out, NAMES) == expected_open(messages[:half], NAMES)
 
 
@@ -69,11 +58,11 @@ def test_a_second_checkpoint_over_written_tables_is_refused_and_the_first_goes_o
     out, chk, other = str(tmp_path / "out"), str(tmp_path / "chk"), str(tmp_path / "other-chk")
     produce(spec, messages[:half], 2)
     assert _run(bootstrap, pattern, out, chk).returncode == 0
-    before = _versions(spark, out)
+    before = table_versions(spark, out)
 
     produce(spec, messages[half:], 2, create=False)
-    _refusal(_run(bootstrap, pattern, out, other))
-    assert _versions(spark, out) == before
+    refusal_line(_run(bootstrap, pattern, out, other))
+    assert table_versions(spark, out) == before
 
     resumed = _run(bootstrap, pattern, out, chk)  # the tables' own writer continues
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -106,7 +95,7 @@ def test_replay_with_the_main_config_leaves_the_main_checkpoint_alone(stack, spa
 
     produce(spec, messages[half:], 2, create=False)
     # A replay's own --checkpoint must hold no committed batch: the main one is refused.
-    line = _refusal(cli("replay", "--config", str(config), "--checkpoint", main_chk,
+    line = refusal_line(cli("replay", "--config", str(config), "--checkpoint", main_chk,
                         "--output", str(tmp_path / "refused"), "--from-timestamp", "2000-01-01T00:00:00Z"))
     assert main_chk in line
     replay_out = str(tmp_path / "replay")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
+from delta.tables import DeltaTable
+
 from reconstructor import config
 from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, expected_tables, hash_partition, publish
 from reconstructor.devstack.producer import SensorProducer
+from reconstructor.output import TABLES
 from reconstructor.pipeline import start
 from tests.support.kafka import create_topics
 
@@ -143,3 +146,8 @@ def assert_exact(spark, out: str, messages, names) -> None:
     assert changes.count() == change_count(messages)
     assert changes.select("topic", "partition", "offset", "row_pos", "row_id").distinct().count() == \
         changes.count()
+
+
+def table_versions(spark, output: str) -> dict:
+    """Each output table's latest Delta version: what a refused command must leave unchanged."""
+    return {t: DeltaTable.forPath(spark, f"{output}/{t}").history(1).collect()[0].version for t in TABLES}

@@ -65,3 +65,11 @@ def batches_of(draw, msgs: list[Msg]):
     bounds = [0] + [c for c in cuts if c < len(msgs)] + [len(msgs)]
     batches = [msgs[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
     return [draw(st.permutations(b)) for b in batches]
+
+
+@st.composite
+def micro_batches(draw, msgs: list[Msg]):
+    """The records cut into consecutive micro-batches where hypothesis chooses, each in Kafka order."""
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(msgs) - 1)), max_size=len(msgs))))
+    bounds = [0] + [c for c in cuts if c < len(msgs)] + [len(msgs)]
+    return [msgs[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]

@@ -15,7 +15,7 @@ from reconstructor.core import ViolationKind
 from reconstructor.core.batch import process_batch
 from reconstructor.core.state import SessionStatus
 from tests.support.model import SCHEMA, Msg, table_as_dict, to_frame
-from tests.support.strategies import valid_session
+from tests.support.strategies import micro_batches, valid_session
 from tests.unit.test_core_properties import run_core, run_model
 
 PROFILE = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -43,14 +43,6 @@ def perturbed_stream(draw):
     return [Msg(**{**vars(m), "offset": 100 + pos}) for pos, m in enumerate(msgs)]
 
 
-@st.composite
-def split(draw, msgs):
-    """The records cut into consecutive micro-batches where hypothesis chooses."""
-    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(msgs) - 1)), max_size=len(msgs))))
-    bounds = [0] + [c for c in cuts if c < len(msgs)] + [len(msgs)]
-    return [msgs[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
-
-
 def verdict(violation):
     if violation is None:
         return None
@@ -72,7 +64,7 @@ def outcome(batches):
 @given(data=st.data())
 def test_the_verdict_and_the_tables_do_not_depend_on_where_micro_batches_end(data):
     msgs = data.draw(perturbed_stream())
-    batches = data.draw(split(msgs))
+    batches = data.draw(micro_batches(msgs))
     whole = outcome([msgs])
     cut = outcome(batches)
     assert cut == whole

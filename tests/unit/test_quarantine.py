@@ -18,7 +18,7 @@ from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.state import SessionStatus
 from tests.support.model import SCHEMA, Msg, QuarantineModel, normalise_values, table_as_dict, to_frame
-from tests.support.strategies import valid_session
+from tests.support.strategies import micro_batches, valid_session
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], phases=[Phase.explicit, Phase.reuse, Phase.generate])
 QUARANTINE = IntegrityPolicy(OnViolation.QUARANTINE)
@@ -78,13 +78,6 @@ def faulty_stream(draw):
     return [Msg(**{**vars(m), "offset": 100 + pos}) for pos, m in enumerate(msgs)]
 
 
-@st.composite
-def split(draw, msgs):
-    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(msgs) - 1)), max_size=len(msgs))))
-    bounds = [0] + [c for c in cuts if c < len(msgs)] + [len(msgs)]
-    return [msgs[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
-
-
 def outcome(batches):
     state, log, recorded, violation = run(batches)
     assert violation is None, "quarantine mode never stops on a violation"
@@ -98,7 +91,7 @@ def outcome(batches):
 def test_quarantine_agrees_with_the_model_whatever_the_micro_batch_split(data):
     msgs = data.draw(faulty_stream())
     whole = outcome([msgs])
-    assert outcome(data.draw(split(msgs))) == whole
+    assert outcome(data.draw(micro_batches(msgs))) == whole
 
     model = QuarantineModel()
     model.apply_batch(msgs)
@@ -128,7 +121,7 @@ def test_a_resync_leaves_the_session_as_a_clean_run_from_the_resync_snapshot(dat
     faulty = msgs[:fault] + msgs[fault + 1:] if fault < resync else msgs[:fault - 1] + msgs[fault:]
     faulty = [Msg(**{**vars(m), "offset": 100 + k}) for k, m in enumerate(faulty)]
     clean = [Msg(**{**vars(m), "offset": 100 + k}) for k, m in enumerate(msgs)][resync:]
-    state, log, recorded, _ = run(data.draw(split(faulty)))
+    state, log, recorded, _ = run(data.draw(micro_batches(faulty)))
     ref, ref_log, _, violation = run([clean], policy=IntegrityPolicy())
     assert violation is None
     assert state.status == ref.status
