@@ -32,7 +32,7 @@ class MetricsExport:
         self._log = log
         self._server = None
         self._counts: dict[int, BatchCounts] = {}
-        self._reported: dict[str | None, int] = {}  # per query run, the last batch reported
+        self._reported: dict[str, int] = {}  # per query run, the last batch reported
         self._lock = threading.Lock()
         self.registry = CollectorRegistry()
         self.registry.register(_TotalsCollector(self))
@@ -72,7 +72,7 @@ class MetricsExport:
         """A batch's progress report: log it, then count it; once, however often it is handed in
         (the listener and the run's last look at a stopped query may both hand it in)."""
         with self._lock:
-            batch_id, run = progress.get("batchId", -1), progress.get("runId")
+            batch_id, run = progress.get("batchId", -1), str(progress.get("runId"))
             if self._reported.get(run, -1) >= batch_id:
                 return
             self._reported[run] = batch_id
