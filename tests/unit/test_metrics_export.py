@@ -4,6 +4,7 @@ and how their settings arrive (flag, environment, TOML) and fail (exit 2, one li
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -126,3 +127,17 @@ def test_run_with_a_port_in_use_exits_2_with_one_line_before_anything_starts(tmp
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [f"reconstructor: --metrics-port {port}: cannot listen on 127.0.0.1:{port}: "
                      "Address already in use"], result.stderr
+
+
+def test_the_grafana_dashboard_asks_only_for_metrics_the_endpoint_serves(tmp_path):
+    export = MetricsExport.open("127.0.0.1", _free_port(), None)
+    try:
+        export.count(0, BatchCounts({"open": 1}, {"GAP": 1}))
+        export.progressed(BEHIND)
+        served = {re.split(r"[{ ]", name)[0] for name in scrape(export)}
+    finally:
+        export.close()
+    dashboard = json.loads((Path(__file__).parents[2] / "grafana" / "reconstructor.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    asked = {name for e in exprs for name in re.findall(r"reconstructor_[a-z_]+", e)}
+    assert asked and asked <= served, asked - served
