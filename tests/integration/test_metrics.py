@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet
+from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet
 from tests.support.pipeline import produce
 
 pytestmark = pytest.mark.integration
@@ -69,7 +70,10 @@ def _await_caught_up(port: int, records: int, proc, log: Path, partitions: int) 
 def test_a_continuous_run_serves_its_metrics_while_it_runs_and_logs_a_json_line_a_batch(stack, run_id, tmp_path):
     spec = FleetSpec(topic_prefix=f"met{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=10,
                      updates=30, rows_per_update=2, end_sessions=True, seed=5)
-    messages = list(plan_fleet(spec))
+    planned = list(plan_fleet(spec))
+    # One session loses an update: in quarantine mode it is set aside (its later records SKIPPED,
+    # its end among them) while the others end.
+    messages, _ = inject(planned, "gap", random.Random(2), session=planned[0].session)
     half = len(messages) // 2
     sessions = spec.sensors * spec.sessions_per_sensor
     produce(spec, messages[:half], PARTITIONS)
@@ -79,7 +83,7 @@ def test_a_continuous_run_serves_its_metrics_while_it_runs_and_logs_a_json_line_
             [sys.executable, "-u", "-m", "reconstructor", "run", "--bootstrap-servers", stack.bootstrap_servers(),
              "--topic-pattern", f"met{run_id}-sensor-[0-9]+", "--output", str(tmp_path / "out"),
              "--checkpoint", str(tmp_path / "chk"), "--trigger", "2 seconds", "--compact-every", "off",
-             "--metrics-port", str(port), "--metrics-log", str(metrics_log)],
+             "--on-violation", "quarantine", "--metrics-port", str(port), "--metrics-log", str(metrics_log)],
             stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         first = _await_caught_up(port, half, proc, log, spec.sensors * PARTITIONS)
@@ -91,7 +95,10 @@ def test_a_continuous_run_serves_its_metrics_while_it_runs_and_logs_a_json_line_
         produce(spec, messages[half:], PARTITIONS, create=False)
         second = _await_caught_up(port, len(messages), proc, log, spec.sensors * PARTITIONS)
         assert second["reconstructor_last_batch_id"] > first["reconstructor_last_batch_id"]
-        assert second['reconstructor_sessions_written_total{status="ended"}'] == sessions
+        assert second['reconstructor_sessions_written_total{status="ended"}'] == sessions - 1
+        assert second['reconstructor_sessions_written_total{status="quarantined"}'] >= 1
+        assert second['reconstructor_violations_total{kind="GAP"}'] == 1
+        assert second['reconstructor_violations_total{kind="SKIPPED"}'] >= 1  # its end, at least
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # the CLI ends on Ctrl-C: "interrupted", exit 1
@@ -108,6 +115,7 @@ def test_a_continuous_run_serves_its_metrics_while_it_runs_and_logs_a_json_line_
         assert {"timestamp", "records_read", "duration_seconds", "records_per_second", "kafka_lag",
                 "kafka_lag_total", "sessions", "violations", "state_rows", "state_memory_bytes"} <= set(b)
     assert sum(b["records_read"] for b in batches) == len(messages)
-    assert sum(b["sessions"]["ended"] for b in batches) == sessions
+    assert sum(b["sessions"]["ended"] for b in batches) == sessions - 1
+    assert sum(b["violations"].get("GAP", 0) for b in batches) == 1
     assert batches[-1]["kafka_lag_total"] == 0
     assert batches[-1]["batch_id"] >= second["reconstructor_last_batch_id"]
