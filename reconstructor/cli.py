@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--state-retention", metavar="DURATION")
     _add_integrity_flags(replay)
     _add_unsafe_vacuum_flag(replay)
+    _add_metrics_flags(replay)
 
     compact = sub.add_parser("compact", help="OPTIMIZE closed hours and VACUUM, for schedulers",
                              formatter_class=_fmt,
@@ -165,6 +166,15 @@ def _add_stream_flags(p: argparse.ArgumentParser) -> None:
                    help="wait before the first restart, doubling each attempt up to 1 minute (default 2 seconds)")
     _add_integrity_flags(p)
     _add_unsafe_vacuum_flag(p)
+    _add_metrics_flags(p)
+
+
+def _add_metrics_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve the run's metrics in Prometheus' text format on this port (default: off)")
+    p.add_argument("--metrics-host", metavar="ADDR",
+                   help="the address the metrics port listens on (default 127.0.0.1; 0.0.0.0 for all)")
+    p.add_argument("--metrics-log", metavar="FILE", help="append one JSON line of metrics per micro-batch to FILE")
 
 
 def _add_integrity_flags(p: argparse.ArgumentParser) -> None:

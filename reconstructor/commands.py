@@ -20,6 +20,7 @@ from reconstructor import replay_plan, validate
 from reconstructor.config import AVAILABLE_NOW, Config, default_jars_dir, from_args
 from reconstructor.errors import ReconstructorError
 from reconstructor.failures import explain
+from reconstructor.metrics_export import MetricsExport
 from reconstructor.progress import CatchUpProgress
 from reconstructor.restarts import Restarts, attempts_for
 
@@ -55,15 +56,31 @@ def _validated_stream(cfg: Config) -> None:
 
 def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = False,
             restarts: Restarts | None = None) -> int:
+    """Open the metrics' port and log (``--metrics-*``), then ``_stream_into`` them; close them
+    however the run ends."""
+    metrics = MetricsExport.open(cfg.metrics_host, cfg.metrics_port, cfg.metrics_log)
+    try:
+        return _stream_into(cfg, app, progress, metrics, dedupe_changes=dedupe_changes, restarts=restarts)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None, *,
+                 dedupe_changes: bool, restarts: Restarts | None) -> int:
     """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
     after a transient failure (the checks before Spark starts run once: a restart only starts)."""
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
     spark = _spark(cfg, app)
+    if metrics is not None:  # one listener for the process: restarted queries report to it too
+        from reconstructor.spark.listener import MetricsListener
+
+        spark.streams.addListener(MetricsListener(metrics))
     restarts = restarts or Restarts(0, cfg.restart_backoff)
     recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
     while True:
         try:
-            _query(spark, cfg, restarts, progress, recorded, dedupe_changes)
+            _query(spark, cfg, restarts, progress, recorded, dedupe_changes, metrics)
             break
         except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
             delay = restarts.after(exc)
@@ -79,10 +96,12 @@ def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = Fals
     return 0
 
 
-def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool) -> None:
+def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool,
+           metrics: MetricsExport | None = None) -> None:
     from reconstructor.pipeline import start
 
-    running = start(spark, cfg, dedupe_changes=dedupe_changes)
+    running = start(spark, cfg, dedupe_changes=dedupe_changes,
+                    on_counts=metrics.count if metrics is not None else None)
     report = progress or functools.partial(_log_progress, running.sinks.recorded)
 
     def on_progress(p: dict) -> None:
@@ -94,6 +113,9 @@ def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, ded
     finally:
         running.stop()
         recorded.update(running.sinks.recorded)
+        if metrics is not None:  # the listener is told asynchronously: the last batches may be untold
+            for p in running.recent_progress():
+                metrics.progressed(p)
 
 
 def _log_progress(recorded: dict, p: dict) -> None:

@@ -142,6 +142,11 @@ class Config:
     # The folder ``make jars`` fills (Spark's jars in its ``spark/`` subfolder); unset, the
     # checkout's (``default_jars_dir``).  Databricks and EMR provide the jars: nothing is there.
     jars_dir: str | None = None
+    # Metrics (``reconstructor.metrics_export``): a Prometheus endpoint on metrics_host:metrics_port
+    # and a JSON line per batch appended to metrics_log; each off unless set.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_log: str | None = None
     kafka: dict[str, str] = field(default_factory=dict)
     spark: dict[str, str] = field(default_factory=dict)
     s3: S3Config = field(default_factory=S3Config)
@@ -333,7 +338,7 @@ def _apply(cfg: Config, data: Mapping[str, Any], source: str) -> None:
 _CHOICES = {"on_violation": tuple(v.value for v in OnViolation), "on_drift": tuple(v.value for v in OnDrift)}
 
 _FIELD_TYPES = {"max_offsets_per_trigger": int, "shuffle_partitions": int, "await_snapshot": bool,
-                "unsafe_vacuum_retention": bool, "restart_attempts": int}
+                "unsafe_vacuum_retention": bool, "restart_attempts": int, "metrics_port": int}
 # Whole-number settings where zero means something (no restart at all).
 _ZERO_ALLOWED = frozenset({"restart_attempts"})
 

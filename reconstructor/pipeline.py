@@ -79,16 +79,16 @@ class RunningPipeline:
 
 
 def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
-          dedupe_changes: bool = False, vacuum_in_stream: bool = True) -> RunningPipeline:
+          dedupe_changes: bool = False, vacuum_in_stream: bool = True, on_counts=None) -> RunningPipeline:
     """Start the query ``cfg`` describes (and its compactor, when ``cfg.compact_every`` is set).
 
     Replays pass ``dedupe_changes``: they insert a row change only if the output lacks it, write
     any writer's tables on a checkpoint of their own (no committed batch), and are recorded as
-    replays, not as the writer.
+    replays, not as the writer.  ``on_counts`` is told each written batch's ``BatchCounts`` (metrics).
     """
     schema = RowSchema.load(cfg.row_schema)
     policy = cfg.policy()
-    sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes)
+    sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes, on_counts=on_counts)
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
     sinks.check_writer(checkpoint_state(spark, cfg.checkpoint))
     # Existing tables take the row schema's new columns; a change that would lose data is refused.

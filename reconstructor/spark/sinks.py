@@ -22,6 +22,7 @@ import functools
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
@@ -34,6 +35,7 @@ from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, refusal, replays_of,
                                        with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError, error_line
+from reconstructor.metrics import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.core.state import SessionStatus
 from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS,
                                   SESSION_FIELDS, SESSION_INFO_DDL, SESSION_INFO_FIELDS, SESSIONS,
@@ -101,6 +103,8 @@ class DeltaSinks:
     _claimed: bool = field(default=False, init=False, repr=False)
     #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
     recorded: dict[int, "Recorded"] = field(default_factory=dict, init=False, repr=False)
+    #: Told each written batch's counts (``reconstructor.metrics``), from the same aggregation.
+    on_counts: Callable[[int, BatchCounts], None] | None = None
 
     def check_writer(self, checkpoint) -> None:
         """Refuse (``UsageError``) to write tables another writer holds, before Kafka is read.
@@ -219,6 +223,11 @@ class DeltaSinks:
                 .alias("drifts"),
                 F.count_distinct(F.when(_is(RecordKind.RECORDED) & (F.get_json_object("info", "$.kind") != DRIFT),
                                         F.struct("topic", "session"))).alias("sessions_set_aside"),
+                # For the metrics: session records by status, recorded rows by kind.
+                *[F.count(F.when(is_session & (F.get_json_object("info", "$.status") == s), 1)).alias(f"status_{s}")
+                  for s in STATUSES],
+                *[F.count(F.when(_is(RecordKind.RECORDED) & (F.get_json_object("info", "$.kind") == k), 1))
+                  .alias(f"kind_{k}") for k in VIOLATION_KINDS],
             ).collect()[0]
             if stats.records == 0:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
@@ -243,6 +252,9 @@ class DeltaSinks:
             )
             if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
                 compact_live_tables(self.spark, self.output)
+            if self.on_counts is not None:
+                self.on_counts(batch_id, BatchCounts({s: stats[f"status_{s}"] for s in STATUSES},
+                                                     {k: stats[f"kind_{k}"] for k in VIOLATION_KINDS}))
         finally:
             batch.unpersist()
 

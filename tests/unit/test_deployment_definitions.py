@@ -36,6 +36,16 @@ def test_databricks_bundle_tasks_use_the_wheel_entry_point_with_valid_arguments(
             _accepts(args)
     stream_args = jobs["reconstructor_stream"]["tasks"][0]["python_wheel_task"]["parameters"]
     assert "available-now" in stream_args
+    # The stream's metrics go to a file the driver writes on DBFS.
+    log = stream_args[stream_args.index("--metrics-log") + 1]
+    assert bundle["variables"][log.removeprefix("${var.").removesuffix("}")]["default"].startswith("/dbfs/")
+
+
+def test_the_emr_run_step_serves_its_metrics_on_a_port():
+    steps = json.loads((ROOT / "infra/emr/steps.json").read_text())
+    (run,) = [s["HadoopJarStep"]["Args"] for s in steps if "run" in s["HadoopJarStep"]["Args"]]
+    parsed = build_parser().parse_args(run[run.index("run"):])
+    assert parsed.metrics_port and parsed.metrics_host == "0.0.0.0"
 
 
 @pytest.mark.parametrize("name", ["steps.json", "serverless-job-run.json"])
