@@ -210,7 +210,7 @@ class Verification:
                 offset, seq, kind = s.first_change
                 if kind != "snapshot" and (s.first_seq is None or seq <= s.first_seq):
                     raise Found(Discrepancy(ROW_CHANGES, f"the session's first change (offset {offset}) is of "
-                                            f"a {kind} message, not a snapshot", topic, session, seq))
+                                            f"a message of type {kind}, not a snapshot", topic, session, seq))
             if s.first_seq is not None and s.last_seq is not None:
                 recorded = self._recorded_seqs.get((topic, session), set())
                 for lo, hi in s.seqs.gaps(s.first_seq, s.last_seq):
