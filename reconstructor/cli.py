@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   reconstructor verify --output /data/recon
                                   reconstructor verify --config prod.toml --output s3a://recon/tables --topic-pattern 'sensor-1.*'
                                 """))
-    _add_common(verify, kafka=False, checkpoint=False)
+    _add_reader_flags(verify)
     verify.add_argument("--topic-pattern", metavar="REGEX", help="check only the topics this anchored regex matches")
 
     asof = sub.add_parser("asof", help="print a session's table as it was at a seq or an event time",
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 reconstructor asof --output s3a://recon/tables --topic sensor-1 --session sensor-1-session-0 \\
                                     --at 2026-11-21T10:00:30Z --format csv
                               """))
-    _add_common(asof, kafka=False, checkpoint=False)
+    _add_reader_flags(asof)
     asof.add_argument("--topic", required=True)
     asof.add_argument("--session", required=True)
     when = asof.add_mutually_exclusive_group(required=True)
@@ -178,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(cfg)
     _add_stream_flags(cfg)
     return parser
+
+
+def _add_reader_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the commands that read the tables with delta-rs: no Spark, so no --master."""
+    p.add_argument("--config", metavar="FILE", help="TOML config file ([s3] settings; flags win, env RECON_* in between)")
+    p.add_argument("--output", metavar="URI", help="output root: a local path or s3a://bucket/prefix")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more, with stack traces")
 
 
 def _add_stream_flags(p: argparse.ArgumentParser) -> None:

@@ -78,14 +78,18 @@ class Summary:
         statuses = ", ".join(f"{n:,} {s}" for s, n in sorted(self.sessions.items())) or "none"
         return [
             f"verify {output}: no discrepancy",
-            f"  {ROW_CHANGES:<13}{self.change_rows:,} rows in {self.batches:,} hour partitions",
-            f"  {CURRENT_ROWS:<13}{self.current_rows:,} rows",
+            f"  {ROW_CHANGES:<13}{_count(self.change_rows, 'row')} in {_count(self.batches, 'hour partition')}",
+            f"  {CURRENT_ROWS:<13}{_count(self.current_rows, 'row')}",
             f"  {SESSIONS:<13}{sum(self.sessions.values()):,} ({statuses})",
-            f"  {VIOLATIONS:<13}{self.violations:,} rows",
+            f"  {VIOLATIONS:<13}{_count(self.violations, 'row')}",
             f"  seqs without a change row: {self.set_aside_seqs:,} set aside (in {VIOLATIONS}), "
             f"{self.rowless_seqs:,} messages that changed no row",
             f"  took {seconds:.1f}s, {rate:,.0f} change rows/s",
         ]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 @dataclass
