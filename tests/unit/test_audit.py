@@ -4,10 +4,13 @@ each kind of corruption of consistent tables is named by table, session, seq and
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
+from deltalake import write_deltalake
 from hypothesis import strategies as st
 
 from reconstructor.audit.checks import Discrepancy, Verification
@@ -295,3 +298,21 @@ def test_the_model_is_not_changed_by_the_fold():
     changes, _, _ = core_output([msgs])
     fold_of(changes)
     assert msgs == before
+
+
+def test_verify_and_asof_read_delta_tables_without_loading_spark(tmp_path, tables):
+    changes, sessions, current = tables
+    write_deltalake(str(tmp_path / "row_changes"), changes, partition_by=["hour"])
+    write_deltalake(str(tmp_path / "sessions"), sessions)
+    write_deltalake(str(tmp_path / "current_rows"), current)
+    write_deltalake(str(tmp_path / "violations"), no_violations())
+    script = (f"import sys\nfrom reconstructor.cli import main\n"
+              f"assert main(['verify', '--output', {str(tmp_path)!r}]) == 0\n"
+              f"assert main(['asof', '--output', {str(tmp_path)!r}, '--topic', {TOPIC!r}, '--session', "
+              f"{SESSION!r}, '--seq', '1', '--format', 'csv']) == 0\n"
+              "print('engine loaded:', any(m.split('.')[0] in ('pyspark', 'py4j', 'delta') for m in sys.modules))")
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert "no discrepancy" in ran.stdout and "3 hour partitions" in ran.stdout
+    assert "r1,11.0," in ran.stdout  # r1 as it was after seq 1
+    assert ran.stdout.strip().endswith("engine loaded: False")
