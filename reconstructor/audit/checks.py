@@ -11,14 +11,15 @@ What is checked, and what cannot be:
   ``row_id`` belongs to the key: the rows a snapshot dropped all carry ``row_pos = -1`` at the
   snapshot's offset.  Within a batch by the key; across batches by the seq, as a record's rows
   all carry its Kafka timestamp's hour, so a seq found in two hour partitions is logged twice;
-- the seqs: each session's changes lie within its ``first_seq..last_seq`` in ``sessions``, and
-  its first change in Kafka order is a snapshot's (or comes after ``first_seq``: a first
-  snapshot with no rows leaves no change).  A seq in that range with no change is either a
+- the seqs: each session's changes lie at or before its ``last_seq`` in ``sessions`` (not after
+  its ``first_seq``: a replay into the same output writes the session's row again from the
+  snapshot it started at, and the older changes stay), and its first change in Kafka order is a
+  snapshot's (or comes after ``first_seq``: a first snapshot with no rows leaves no change).  A seq in that range with no change is either a
   message that changed no row (an ``end``, an update without rows) or a record set aside in
   quarantine mode (a ``violations`` row of the session with that ``found_seq``): the first leaves
   no trace in any table, so such seqs are counted in the summary, not failed.  A session with a
   violation row may have resynced to a snapshot with a lower seq, which repeats seqs: for it only
-  a snapshot may repeat a seq, and the range is not checked;
+  a snapshot may repeat a seq, and ``last_seq`` is no bound;
 - the fold: ``row_changes`` of each session folded in Kafka order gives ``current_rows`` (the
   row ids and values) for an open session, no row for any other, and ``sessions.row_count``
   for every session;
@@ -188,9 +189,9 @@ class Verification:
                 where = f"offsets {seen[seq]} and {offset}" if seq in seen else \
                     f"offset {offset} and in another hour partition"
                 raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} is logged twice ({where})", topic, session, seq))
-            if not resynced and (s.first_seq is None or not s.first_seq <= seq <= s.last_seq):
-                raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} lies outside the session's seqs in sessions "
-                                        f"(first_seq {s.first_seq}, last_seq {s.last_seq})", topic, session, seq))
+            if not resynced and (s.last_seq is None or seq > s.last_seq):
+                raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} lies past the session's last_seq "
+                                        f"{s.last_seq} in sessions", topic, session, seq))
             seen[seq] = offset
             if s.first_change is None or offset < s.first_change[0]:
                 s.first_change = (offset, seq, kind)

@@ -208,7 +208,15 @@ def test_a_seq_past_the_sessions_last_seq_is_named(tables):
     changes, sessions, current = tables
     found, _ = verify(changes, sessions.assign(last_seq=4), current)
     assert (found.table, found.seq) == ("row_changes", 5)
-    assert "outside the session's seqs" in found.detail
+    assert "past the session's last_seq 4" in found.detail
+
+
+def test_changes_before_first_seq_verify_as_a_replay_into_the_same_output_leaves_them(tables):
+    """A replay from the last snapshot writes the session's row again with that snapshot's seq as
+    its first_seq; the changes before it stay in row_changes (the replay de-duplicates)."""
+    changes, sessions, current = tables
+    found, _ = verify(changes, sessions.assign(first_seq=3), current)
+    assert found is None, found.line()
 
 
 def test_a_session_missing_from_sessions_is_named(tables):
