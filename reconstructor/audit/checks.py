@@ -16,8 +16,9 @@ What is checked, and what cannot be:
   snapshot it started at, and the older changes stay), and its first change in Kafka order is a
   snapshot's (or comes after ``first_seq``: a first snapshot with no rows leaves no change).  A seq in that range with no change is either a
   message that changed no row (an ``end``, an update without rows) or a record set aside in
-  quarantine mode (a ``violations`` row of the session with that ``found_seq``): the first leaves
-  no trace in any table, so such seqs are counted in the summary, not failed.  A session with a
+  quarantine mode (a ``violations`` row of the session with that ``found_seq``), or a message lost
+  before a resync snapshot: the first and the last leave no trace in any table, so such seqs are
+  counted in the summary, not failed.  A session with a
   violation row may have resynced to a snapshot with a lower seq, which repeats seqs: for it only
   a snapshot may repeat a seq, and ``last_seq`` is no bound;
 - the fold: ``row_changes`` of each session folded in Kafka order gives ``current_rows`` (the
@@ -72,7 +73,9 @@ class Summary:
     sessions: dict = field(default_factory=dict)  # status -> count
     violations: int = 0
     set_aside_seqs: int = 0  # seqs with no change, recorded in violations
-    rowless_seqs: int = 0  # seqs with no change and no violation row: messages that changed no row
+    #: Seqs with no change and no violation row: messages that changed no row (or, before a
+    #: resync snapshot, messages that never reached the session).
+    rowless_seqs: int = 0
 
     def lines(self, output: str, seconds: float) -> list[str]:
         rate = self.change_rows / seconds if seconds > 0 else float(self.change_rows)
@@ -84,7 +87,7 @@ class Summary:
             f"  {SESSIONS:<13}{sum(self.sessions.values()):,} ({statuses})",
             f"  {VIOLATIONS:<13}{_count(self.violations, 'row')}",
             f"  seqs without a change row: {self.set_aside_seqs:,} set aside (in {VIOLATIONS}), "
-            f"{self.rowless_seqs:,} messages that changed no row",
+            f"{self.rowless_seqs:,} with no trace (a message that changed no row, or one lost before a resync)",
             f"  took {seconds:.1f}s, {rate:,.0f} change rows/s",
         ]
 

@@ -11,8 +11,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-import pyarrow.dataset as ds
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
 from reconstructor.config import S3Config
@@ -57,22 +56,35 @@ class OutputTables:
         except TableNotFoundError as exc:
             raise ReconstructorError(f"no Delta table {name} under {self.output}") from exc
 
-    def read(self, name: str) -> pa.Table:
-        """A whole table (the small ones: sessions, violations, current_rows)."""
-        return self.table(name).to_pyarrow_table()
+    def read(self, name: str, where: str = "") -> pa.Table:
+        """A table, or its rows that ``where`` (SQL) selects.
+
+        Read by delta-rs's own engine (DataFusion), not by a pyarrow dataset over delta-rs's
+        file system: pyarrow's reader threads outlive the file system at interpreter exit, and
+        the process may abort after its work is done.
+        """
+        query = QueryBuilder().register("t", self.table(name))
+        return plain_strings(pa.table(query.execute(f"SELECT * FROM t {where}")))
 
     def columns(self, name: str) -> list[str]:
-        return list(self.table(name).to_pyarrow_dataset().schema.names)
+        return [f.name for f in self.table(name).schema().fields]
 
     def hours(self, name: str) -> Iterator[pa.Table]:
         """The table an ``hour`` partition at a time, in hour order."""
-        table = self.table(name)
-        hours = sorted({p["hour"] for p in table.partitions()})
-        dataset = table.to_pyarrow_dataset()
-        for hour in hours:
-            yield dataset.to_table(filter=ds.field("hour") == hour)
+        for hour in sorted({p["hour"] for p in self.table(name).partitions()}):
+            yield self.read(name, f"WHERE hour = {sql_text(hour)}")
 
     def session_rows(self, name: str, topic: str, session: str) -> pa.Table:
-        """The rows of one session (parquet statistics skip the files that cannot hold it)."""
-        dataset = self.table(name).to_pyarrow_dataset()
-        return dataset.to_table(filter=(ds.field("topic") == topic) & (ds.field("session") == session))
+        """The rows of one session (file statistics skip the files that cannot hold it)."""
+        return self.read(name, f"WHERE topic = {sql_text(topic)} AND session = {sql_text(session)}")
+
+
+def plain_strings(table: pa.Table) -> pa.Table:
+    """String views (DataFusion's) as plain strings, which every Arrow kernel takes."""
+    schema = pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f for f in table.schema])
+    return table if schema == table.schema else table.cast(schema)
+
+
+def sql_text(value: str) -> str:
+    """A string as a SQL literal."""
+    return "'" + value.replace("'", "''") + "'"
