@@ -109,6 +109,8 @@ def changes_up_to(batch, *, seq: int | None = None, at=None) -> pa.Table:
     """The changes of messages up to seq ``seq`` (inclusive), or with an event time at or before
     ``at`` (a timezone-aware ``datetime``): what a session's table ``asof`` folds."""
     batch = as_arrow(batch)
+    if not batch.num_rows:  # a session with no change yet: nothing to filter (its columns may be untyped)
+        return batch
     if seq is not None:
         return batch.filter(pc.less_equal(batch["seq"], pa.scalar(seq, pa.int64())))
     ts = batch["event_ts"]

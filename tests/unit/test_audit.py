@@ -148,6 +148,12 @@ def tables():
     return core_output([session_msgs()[:3], session_msgs()[3:]])
 
 
+def test_asof_a_session_with_no_change_is_an_empty_table():
+    changes, _, _ = core_output([[Msg(seq=0, type="snapshot", offset=1)], [Msg(seq=1, type="end", offset=2)]])
+    assert fold_of(changes_up_to(changes, at=pd.Timestamp("2030-01-01", tz="UTC"))) == {}
+    assert fold_of(changes_up_to(changes, seq=1)) == {}
+
+
 def test_consistent_tables_verify_and_the_rowless_message_is_counted(tables):
     changes, sessions, current = tables
     assert (changes["row_pos"] == -1).sum() == 2  # the dropped rows share the snapshot's offset
