@@ -31,6 +31,13 @@ class IntegrityViolationError(ReconstructorError):
         self.violation = violation
 
 
+class DiscrepancyError(ReconstructorError):
+    """The tables at rest disagree (``reconstructor verify``); the message names the first
+    discrepancy: table, session, seq and row."""
+
+    exit_code = EXIT_INTEGRITY
+
+
 def error_line(exc: BaseException, limit: int = 300) -> str:
     """The line of an error worth showing: py4j's own "An error occurred while calling o95.execute."
     names no cause, the Java exception on the next line does."""

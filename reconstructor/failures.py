@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError, error_line
+from reconstructor.errors import (DiscrepancyError, IntegrityViolationError, ReconstructorError, UsageError,
+                                  error_line)
 
 _S3_CREDENTIALS = "s3.access_key and s3.secret_key (RECON_S3_ACCESS_KEY, RECON_S3_SECRET_KEY)"
 _S3_URI = re.compile(r"s3a://([a-z0-9][a-z0-9.\-]*[a-z0-9])(/[^\s`'\":]*)?")
@@ -52,7 +53,7 @@ def explain(exc: BaseException, cfg=None) -> ReconstructorError:
     ``cfg`` (the command's ``Config``, when known) lets the line name the flag that points at the
     failing place and the endpoint or brokers it used.
     """
-    if isinstance(exc, (UsageError, IntegrityViolationError)):
+    if isinstance(exc, (UsageError, IntegrityViolationError, DiscrepancyError)):
         return exc
     text = "\n".join(reversed(list(_texts(exc))))  # the engine's own text first: it names the place
     found = _storage_failure(text, cfg) or _broker_failure(text, cfg)

@@ -142,3 +142,42 @@ def test_every_command_that_vacuums_documents_the_unsafe_flag_and_its_risk():
         text = " ".join(cli(*command, "--help").stdout.split())
         assert "--unsafe-vacuum-retention" in text, command
         assert "reader or a concurrent writer still needs" in text, command
+
+
+def test_verify_and_asof_have_help_with_examples():
+    result = cli("--help")
+    assert "verify" in result.stdout and "asof" in result.stdout
+    for command, flags in (("verify", ("--output", "--topic-pattern")),
+                           ("asof", ("--output", "--topic", "--session", "--at", "--seq", "--format"))):
+        shown = cli(command, "--help")
+        assert shown.returncode == 0 and "examples:" in shown.stdout
+        assert all(flag in shown.stdout for flag in flags)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["verify"], "missing --output"),
+    (["verify", "--output", "OUT", "--topic-pattern", "sensor-("], "is not a valid regex"),
+    (["verify", "--output", "OUT", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["asof", "--output", "OUT", "--topic", "t", "--session", "s"], "one of the arguments --at --seq is required"),
+    (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--seq", "1", "--at", "2026-11-21T10:00:00Z"],
+     "not allowed with argument"),
+    (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--seq", "x"], "invalid int value"),
+    (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--at", "yesterday"],
+     "--at 'yesterday' is not an RFC 3339 timestamp"),
+    (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--seq", "1", "--format", "xml"],
+     "invalid choice: 'xml'"),
+])
+def test_verify_and_asof_bad_usage_exits_2_with_one_line(tmp_path, monkeypatch, capsys, args, words):
+    monkeypatch.chdir(tmp_path)
+    args = [a.replace("OUT", str(tmp_path / "out")) for a in args]
+    try:
+        code, lines = _main(capsys, *args)
+    except SystemExit as stop:  # argparse's own refusals
+        code, lines = stop.code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2, lines
+    assert len(lines) == 1 and words in lines[0], lines
+
+
+def test_verify_of_an_output_with_no_tables_exits_1_naming_the_table(tmp_path, capsys):
+    code, lines = _main(capsys, "verify", "--output", str(tmp_path / "empty"))
+    assert code == 1 and lines == [f"reconstructor: no Delta table sessions under {tmp_path / 'empty'}"]

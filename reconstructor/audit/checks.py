@@ -1,0 +1,286 @@
+"""``reconstructor verify``'s checks: the output tables held to each other, pure.
+
+The caller hands the small tables (``sessions``, ``violations``) first, then ``row_changes`` in
+batches (an ``hour`` partition each, any order), then ``current_rows``; the first discrepancy
+found is returned and ends the check.  Memory held: per session its fold (one entry per row it
+ever had), its seqs as runs, and the small tables; never the change log.
+
+What is checked, and what cannot be:
+
+- a change is logged once: no two rows share ``(topic, partition, offset, row_pos, row_id)``.
+  ``row_id`` belongs to the key: the rows a snapshot dropped all carry ``row_pos = -1`` at the
+  snapshot's offset.  Within a batch by the key; across batches by the seq, as a record's rows
+  all carry its Kafka timestamp's hour, so a seq found in two hour partitions is logged twice;
+- the seqs: each session's changes lie at or before its ``last_seq`` in ``sessions`` (not after
+  its ``first_seq``: a replay into the same output writes the session's row again from the
+  snapshot it started at, and the older changes stay), and its first change in Kafka order is a
+  snapshot's (or comes after ``first_seq``: a first snapshot with no rows leaves no change).  A seq in that range with no change is either a
+  message that changed no row (an ``end``, an update without rows) or a record set aside in
+  quarantine mode (a ``violations`` row of the session with that ``found_seq``), or a message lost
+  before a resync snapshot: the first and the last leave no trace in any table, so such seqs are
+  counted in the summary, not failed.  A session with a
+  violation row may have resynced to a snapshot with a lower seq, which repeats seqs: for it only
+  a snapshot may repeat a seq, and ``last_seq`` is no bound;
+- the fold: ``row_changes`` of each session folded in Kafka order gives ``current_rows`` (the
+  row ids and values) for an open session, no row for any other, and ``sessions.row_count``
+  for every session;
+- quarantine: a ``quarantined`` session has a violation row (not ``SKIPPED`` nor
+  ``SNAPSHOT_DRIFT``) at or after its last applied offset (or on another partition); a ``SKIPPED``
+  row's session is quarantined, or was: a violation row of it precedes the skipped record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from reconstructor.audit.fold import ChangeFold, as_arrow, same_value
+from reconstructor.audit.seq_runs import SeqRuns
+from reconstructor.core.state import SessionStatus
+from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
+
+SKIPPED, DRIFT = "SKIPPED", "SNAPSHOT_DRIFT"
+CHANGE_KEY = ["topic", "partition", "offset", "row_pos", "row_id"]
+
+
+@dataclass(frozen=True)
+class Discrepancy:
+    """The first thing found wrong, named by table, session, seq and row where they apply."""
+
+    table: str
+    detail: str
+    topic: str | None = None
+    session: str | None = None
+    seq: int | None = None
+    row_id: str | None = None
+
+    def line(self) -> str:
+        named = [f"{k}={v}" for k, v in (("topic", self.topic), ("session", self.session),
+                                          ("seq", self.seq), ("row", self.row_id)) if v is not None]
+        return " ".join(["VERIFY FAILED", self.table, *named]) + f": {self.detail}"
+
+
+@dataclass
+class Summary:
+    """What was checked, for the one-screen report."""
+
+    change_rows: int = 0
+    batches: int = 0
+    current_rows: int = 0
+    sessions: dict = field(default_factory=dict)  # status -> count
+    violations: int = 0
+    set_aside_seqs: int = 0  # seqs with no change, recorded in violations
+    #: Seqs with no change and no violation row: messages that changed no row (or, before a
+    #: resync snapshot, messages that never reached the session).
+    rowless_seqs: int = 0
+
+    def lines(self, output: str, seconds: float) -> list[str]:
+        rate = self.change_rows / seconds if seconds > 0 else float(self.change_rows)
+        statuses = ", ".join(f"{n:,} {s}" for s, n in sorted(self.sessions.items())) or "none"
+        return [
+            f"verify {output}: no discrepancy",
+            f"  {ROW_CHANGES:<13}{_count(self.change_rows, 'row')} in {_count(self.batches, 'hour partition')}",
+            f"  {CURRENT_ROWS:<13}{_count(self.current_rows, 'row')}",
+            f"  {SESSIONS:<13}{sum(self.sessions.values()):,} ({statuses})",
+            f"  {VIOLATIONS:<13}{_count(self.violations, 'row')}",
+            f"  seqs without a change row: {self.set_aside_seqs:,} set aside (in {VIOLATIONS}), "
+            f"{self.rowless_seqs:,} with no trace (a message that changed no row, or one lost before a resync)",
+            f"  took {seconds:.1f}s, {rate:,.0f} change rows/s",
+        ]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+@dataclass
+class _Session:
+    partition: int | None
+    status: str
+    first_seq: int | None
+    last_seq: int | None
+    last_offset: int | None
+    row_count: int
+    seqs: SeqRuns = field(default_factory=SeqRuns)
+    first_change: tuple | None = None  # (offset, seq, type) of its first change in Kafka order
+
+
+class Found(Exception):
+    """Ends the walk at the first discrepancy."""
+
+    def __init__(self, discrepancy: Discrepancy):
+        super().__init__(discrepancy.line())
+        self.discrepancy = discrepancy
+
+
+class Verification:
+    """The checks over one output's tables (``topics``: an anchored regex, or None for all)."""
+
+    def __init__(self, sessions, violations, names: list[str], topics: str | None = None):
+        self._topics = re.compile(topics) if topics else None
+        self.names = list(names)
+        self.fold = ChangeFold(self.names)
+        self.summary = Summary()
+        self._sessions: dict[tuple[str, str], _Session] = {}
+        for r in self._rows(sessions):
+            self._sessions[(r["topic"], r["session"])] = _Session(
+                r["partition"], r["status"], r["first_seq"], r["last_seq"], r["last_offset"], r["row_count"] or 0)
+            self.summary.sessions[r["status"]] = self.summary.sessions.get(r["status"], 0) + 1
+        self._violations = self._rows(violations)
+        self.summary.violations = len(self._violations)
+        # Sessions with a violation row that quarantined them: their seqs may go back at a resync.
+        self._causes: dict = defaultdict(list)
+        self._recorded_seqs: dict = defaultdict(set)
+        for v in self._violations:
+            key = (v["topic"], v["session"])
+            if v["kind"] not in (SKIPPED, DRIFT):
+                self._causes[key].append(v)
+            if v["found_seq"] is not None:
+                self._recorded_seqs[key].add(v["found_seq"])
+
+    def _rows(self, table) -> list[dict]:
+        rows = as_arrow(table).to_pylist()
+        return [r for r in rows if self._topics is None or self._topics.fullmatch(r["topic"])]
+
+    # -- row_changes, a batch at a time ---------------------------------------------------------
+
+    def add_changes(self, batch) -> Discrepancy | None:
+        """Check and fold one batch of ``row_changes`` (an hour partition)."""
+        batch = as_arrow(batch)
+        if self._topics is not None and batch.num_rows:
+            topics = batch["topic"].to_pandas()
+            keep = topics.map(lambda t: bool(self._topics.fullmatch(t))).to_numpy()
+            batch = batch.filter(keep)
+        self.summary.batches += 1
+        self.summary.change_rows += batch.num_rows
+        if not batch.num_rows:
+            return None
+        try:
+            self._check_batch(batch)
+        except Found as found:
+            return found.discrepancy
+        self.fold.add(batch)
+        return None
+
+    def _check_batch(self, batch) -> None:
+        keys = batch.select(["topic", "session", "partition", "offset", "seq", "type", "row_pos", "row_id"]).to_pandas()
+        keys["row_pos"] = keys["row_pos"].fillna(-1).astype("int64")
+        dup = keys.duplicated(CHANGE_KEY)
+        if dup.any():
+            r = keys[dup].iloc[0]
+            raise Found(Discrepancy(ROW_CHANGES, f"the change at partition {r.partition} offset {r.offset} "
+                                    f"row_pos {r.row_pos} is logged twice", r.topic, r.session, int(r.seq), r.row_id))
+        msgs = keys.drop_duplicates(["topic", "session", "partition", "offset"]).sort_values(
+            ["topic", "session", "offset"], kind="stable")
+        for (topic, session), group in msgs.groupby(["topic", "session"], sort=True):
+            self._check_messages(topic, session, group)
+
+    def _check_messages(self, topic: str, session: str, msgs: pd.DataFrame) -> None:
+        s = self._sessions.get((topic, session))
+        seqs, offsets, types = msgs["seq"].to_numpy(), msgs["offset"].to_numpy(), msgs["type"].to_numpy()
+        if s is None:
+            raise Found(Discrepancy(SESSIONS, "row_changes holds changes of this session; sessions has no row "
+                                    "for it", topic, session, int(seqs[0])))
+        resynced = bool(self._causes.get((topic, session)))
+        seen: dict[int, int] = {}
+        for seq, offset, kind in zip(seqs.tolist(), offsets.tolist(), types.tolist()):
+            repeated = seq in seen or seq in s.seqs
+            if repeated and not (resynced and kind == "snapshot"):
+                where = f"offsets {seen[seq]} and {offset}" if seq in seen else \
+                    f"offset {offset} and in another hour partition"
+                raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} is logged twice ({where})", topic, session, seq))
+            if not resynced and (s.last_seq is None or seq > s.last_seq):
+                raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} lies past the session's last_seq "
+                                        f"{s.last_seq} in sessions", topic, session, seq))
+            seen[seq] = offset
+            if s.first_change is None or offset < s.first_change[0]:
+                s.first_change = (offset, seq, kind)
+        s.seqs.add([q for q in seen if q not in s.seqs])
+
+    # -- the fold against current_rows and sessions, and the quarantine -------------------------
+
+    def finish(self, current_rows) -> Discrepancy | None:
+        """The checks that need the whole change log folded."""
+        try:
+            self._check_sessions()
+            self._check_current_rows(current_rows)
+            self._check_quarantine()
+        except Found as found:
+            return found.discrepancy
+        return None
+
+    def _check_sessions(self) -> None:
+        for (topic, session), s in sorted(self._sessions.items()):
+            if s.first_change is not None:
+                offset, seq, kind = s.first_change
+                if kind != "snapshot" and (s.first_seq is None or seq <= s.first_seq):
+                    raise Found(Discrepancy(ROW_CHANGES, f"the session's first change (offset {offset}) is of "
+                                            f"a message of type {kind}, not a snapshot", topic, session, seq))
+            if s.first_seq is not None and s.last_seq is not None:
+                recorded = self._recorded_seqs.get((topic, session), set())
+                for lo, hi in s.seqs.gaps(s.first_seq, s.last_seq):
+                    aside = sum(1 for q in recorded if lo <= q <= hi)
+                    self.summary.set_aside_seqs += aside
+                    self.summary.rowless_seqs += hi - lo + 1 - aside
+            folded = len(self.fold.table(topic, session))
+            if folded != s.row_count:
+                raise Found(Discrepancy(SESSIONS, f"row_count is {s.row_count:,}; row_changes folds to "
+                                        f"{folded:,} rows", topic, session, s.last_seq))
+        for topic, session in self.fold.sessions():
+            if (topic, session) not in self._sessions:  # a batch checks this too; the fold may be fed alone
+                raise Found(Discrepancy(SESSIONS, "row_changes holds changes of this session; sessions has "
+                                        "no row for it", topic, session))
+
+    def _check_current_rows(self, current_rows) -> None:
+        live: dict = defaultdict(dict)
+        rows = self._rows(current_rows)
+        self.summary.current_rows = len(rows)
+        for r in rows:
+            key = (r["topic"], r["session"])
+            s = self._sessions.get(key)
+            if s is None or s.status != SessionStatus.OPEN.value:
+                status = "unknown" if s is None else s.status
+                raise Found(Discrepancy(CURRENT_ROWS, f"a row of a session that is {status} in sessions; only "
+                                        "open sessions have rows here", *key, r["seq"], r["row_id"]))
+            live[key][r["row_id"]] = r
+        for key, s in sorted(self._sessions.items()):
+            if s.status != SessionStatus.OPEN.value:
+                continue
+            folded, held = self.fold.last_changes(*key), live.get(key, {})
+            table = self.fold.table(*key)
+            for rid in sorted(set(table) | set(held)):
+                if rid not in held:
+                    raise Found(Discrepancy(CURRENT_ROWS, "row missing: row_changes folds to it", *key,
+                                            folded[rid].seq, rid))
+                if rid not in table:
+                    change = folded.get(rid)
+                    why = f"deleted at seq {change.seq} in row_changes" if change else "never in row_changes"
+                    raise Found(Discrepancy(CURRENT_ROWS, f"row present here but {why}", *key, held[rid]["seq"], rid))
+                for name, value in zip(self.names, table[rid]):
+                    if not same_value(held[rid].get(name), value):
+                        raise Found(Discrepancy(CURRENT_ROWS, f"{name} is {held[rid].get(name)!r} here, "
+                                                f"{value!r} in row_changes", *key, folded[rid].seq, rid))
+
+    def _check_quarantine(self) -> None:
+        for key, s in sorted(self._sessions.items()):
+            if s.status != SessionStatus.QUARANTINED.value:
+                continue
+            # A record on another partition (PARTITION_MOVED) has no order with the session's own.
+            causes = [v for v in self._causes.get(key, ()) if v["partition"] != s.partition
+                      or s.last_offset is None or v["offset"] >= s.last_offset]
+            if not causes:
+                raise Found(Discrepancy(VIOLATIONS, "the session is quarantined, but no violation row of it lies "
+                                        f"at or after its last applied offset {s.last_offset}", *key, s.last_seq))
+        for v in self._violations:
+            if v["kind"] != SKIPPED:
+                continue
+            key = (v["topic"], v["session"])
+            s = self._sessions.get(key)
+            if s is not None and s.status == SessionStatus.QUARANTINED.value:
+                continue
+            if not any(c["partition"] != v["partition"] or c["offset"] < v["offset"] for c in self._causes.get(key, ())):
+                raise Found(Discrepancy(VIOLATIONS, f"a SKIPPED record (offset {v['offset']}) of a session that "
+                                        "no violation row quarantined", *key, v["found_seq"]))

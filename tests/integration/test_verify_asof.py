@@ -1,0 +1,193 @@
+"""verify and asof on tables a real run wrote (Kafka, Spark, delta-spark), read back with delta-rs:
+the run's output verifies, locally and on S3; each corruption is named; asof and the README's SQL
+recipe give the tables as they were.  One pipeline run for the whole file."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from reconstructor.audit.delta_tables import storage_options
+from reconstructor.config import S3Config
+from reconstructor.devstack import localstack
+from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet
+from reconstructor.schema import RowSchema
+from tests.support.cli import cli
+from tests.support.pipeline import current_tables, expected_all, produce
+
+pytestmark = pytest.mark.integration
+NAMES = RowSchema.load().names
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.fixture(scope="module")
+def fleet(stack, tmp_path_factory):
+    """A fleet with a lost update (quarantined, then resynced) run once in quarantine mode."""
+    run_id = random.Random().randbytes(5).hex()
+    spec = FleetSpec(topic_prefix=f"v{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=12,
+                     updates=30, rows_per_update=2, resync_every=8, end_sessions=False, seed=5)
+    original = list(plan_fleet(spec))
+    victim = sorted({p.session for p in original})[0]
+    messages, _ = inject(original, "gap-resync", random.Random(2), session=victim)
+    produce(spec, messages, 2)
+    out = tmp_path_factory.mktemp("verify") / "out"
+    ran = cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"{spec.topic_prefix}[0-9]+",
+              "--output", str(out), "--checkpoint", str(out.parent / "chk"), "--compact-every", "off",
+              "--on-violation", "quarantine")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return {"out": out, "original": original, "messages": messages, "victim": victim, "run_id": run_id}
+
+
+def verify(output, *flags):
+    return cli("verify", "--output", str(output), *flags)
+
+
+def failed_line(result) -> str:
+    assert result.returncode == 3, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def copy_of(fleet, tmp_path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(fleet["out"], copy)
+    return copy
+
+
+def last_upsert(output: Path):
+    """An open session's row and its last change, as row_changes holds it."""
+    changes = DeltaTable(str(output / "row_changes")).to_pandas().sort_values(["topic", "session", "offset", "row_pos"])
+    last = changes.groupby(["topic", "session", "row_id"]).tail(1)
+    return last[(last["op"] == "upsert") & (last["type"] == "update")].iloc[0]
+
+
+def test_the_run_verifies_and_the_summary_counts_what_was_checked(fleet):
+    result = verify(fleet["out"])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == f"verify {fleet['out']}: no discrepancy"
+    assert re.search(r"row_changes\s+[\d,]+ rows in \d+ hour partitions?", result.stdout)
+    assert "sessions     4 (4 open)" in result.stdout
+    assert re.search(r"[1-9][\d,]* set aside \(in violations\)", result.stdout)  # the quarantined records
+    assert "change rows/s" in lines[-1]
+    narrowed = verify(fleet["out"], "--topic-pattern", f"v{fleet['run_id']}-sensor-1")
+    assert narrowed.returncode == 0 and "sessions     2 (2 open)" in narrowed.stdout
+
+
+def test_the_run_verifies_on_s3(fleet, monkeypatch):
+    """The tables copied to the local stack's S3 with delta-rs, verified through s3a://."""
+    s3 = S3Config(localstack.s3_endpoint(), localstack.S3_REGION, localstack.S3_ACCESS_KEY,
+                  localstack.S3_SECRET_KEY, path_style=True)
+    root = f"s3a://{localstack.S3_BUCKET}/verify-{fleet['run_id']}/out"
+    options = storage_options(s3, root)
+    for name in ("row_changes", "current_rows", "sessions", "violations"):
+        data = DeltaTable(str(fleet["out"] / name)).to_pyarrow_table()
+        write_deltalake(f"{root.replace('s3a://', 's3://')}/{name}", data, storage_options=options,
+                        partition_by=["hour"] if name == "row_changes" else None)
+    for key, value in (("ENDPOINT", s3.endpoint), ("REGION", s3.region), ("ACCESS_KEY", s3.access_key),
+                       ("SECRET_KEY", s3.secret_key), ("PATH_STYLE", "true")):
+        monkeypatch.setenv(f"RECON_S3_{key}", value)
+    result = verify(root)
+    assert result.returncode == 0, result.stderr
+    assert f"verify {root}: no discrepancy" in result.stdout
+
+
+def test_a_deleted_change_row_is_named(fleet, tmp_path):
+    out = copy_of(fleet, tmp_path)
+    change = last_upsert(out)
+    table = DeltaTable(str(out / "row_changes"))
+    table.alter.set_table_properties({"delta.appendOnly": "false"})
+    table.delete(f"session = '{change.session}' AND row_id = '{change.row_id}' AND \"offset\" = {change.offset}")
+    line = failed_line(verify(out))
+    assert line.startswith(f"reconstructor: VERIFY FAILED current_rows topic={change.topic} "
+                           f"session={change.session} seq="), line
+    assert f"row={change.row_id}: " in line
+
+
+def test_a_changed_value_in_current_rows_is_named(fleet, tmp_path):
+    out = copy_of(fleet, tmp_path)
+    change = last_upsert(out)
+    DeltaTable(str(out / "current_rows")).update(
+        predicate=f"session = '{change.session}' AND row_id = '{change.row_id}'", new_values={"temperature": -999.0})
+    line = failed_line(verify(out))
+    assert line == (f"reconstructor: VERIFY FAILED current_rows topic={change.topic} session={change.session} "
+                    f"seq={change.seq} row={change.row_id}: temperature is -999.0 here, {float(change.temperature)!r} "
+                    "in row_changes")
+
+
+def test_a_duplicated_change_row_is_named(fleet, tmp_path):
+    out = copy_of(fleet, tmp_path)
+    change = last_upsert(out)
+    table = DeltaTable(str(out / "row_changes"))
+    data = table.to_pyarrow_table()
+    row = data.filter(pc.and_(pc.equal(data["session"], change.session),
+                              pc.and_(pc.equal(data["offset"], int(change.offset)),
+                                      pc.equal(data["row_id"], change.row_id))))
+    write_deltalake(str(out / "row_changes"), row, mode="append")
+    line = failed_line(verify(out))
+    assert line.startswith(f"reconstructor: VERIFY FAILED row_changes topic={change.topic} session={change.session} "
+                           f"seq={change.seq} row={change.row_id}: the change at partition {change.partition} "
+                           f"offset {change.offset} row_pos {change.row_pos} is logged twice"), line
+
+
+def expected_at(messages, topic, session, keep) -> dict:
+    mine = [p for p in messages if p.topic == topic and p.session == session and keep(p.message)]
+    return expected_all(mine, NAMES).get((topic, session), {})
+
+
+def asof_rows(out, topic, session, *flags) -> dict:
+    shown = cli("asof", "--output", str(out), "--topic", topic, "--session", session, "--format", "json", *flags)
+    assert shown.returncode == 0, shown.stderr
+    return {r["row_id"]: r for r in json.loads(shown.stdout)["rows"]}
+
+
+def same_rows(shown: dict, expected: dict) -> None:
+    assert set(shown) == set(expected)
+    for rid, values in expected.items():
+        for c in ("temperature", "status", "reading_count"):
+            assert shown[rid][c] == values[c], (rid, c)
+
+
+def test_asof_a_seq_and_a_time_match_the_produced_stream(fleet, tmp_path):
+    topic = f"v{fleet['run_id']}-sensor-1"
+    session = f"{topic}-session-0"
+    same_rows(asof_rows(fleet["out"], topic, session, "--seq", "13"),
+              expected_at(fleet["messages"], topic, session, lambda m: m["seq"] <= 13))
+    at = next(p.message["ts"] for p in fleet["messages"] if p.session == session and p.message["seq"] == 21)
+    same_rows(asof_rows(fleet["out"], topic, session, "--at", at),
+              expected_at(fleet["messages"], topic, session, lambda m: m["ts"] <= at))
+    as_csv = cli("asof", "--output", str(fleet["out"]), "--topic", topic, "--session", session, "--seq", "13",
+                 "--format", "csv")
+    assert as_csv.returncode == 0 and as_csv.stdout.splitlines()[0] == ",".join(["row_id", *NAMES])
+    missing = cli("asof", "--output", str(fleet["out"]), "--topic", topic, "--session", "nope", "--seq", "1")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"reconstructor: no session 'nope' of topic {topic!r} in {fleet['out']}"
+
+
+def readme_sql() -> str:
+    text = README.read_text()
+    return re.search(r"```sql\n(CREATE OR REPLACE TEMP VIEW row_versions.*?)```", text, re.S).group(1)
+
+
+def test_the_readme_row_versions_view_runs_and_gives_the_tables(fleet, spark):
+    out = fleet["out"]
+    spark.sql(readme_sql().replace("s3a://recon/tables", str(out)).rstrip().rstrip(";"))
+    now = spark.sql("SELECT * FROM row_versions WHERE to_seq IS NULL").collect()
+    tables: dict = {}
+    for r in now:
+        tables.setdefault((r.topic, r.session), {})[r.row_id] = {c: r[c] for c in NAMES}
+    assert tables == current_tables(spark, str(out), NAMES)
+    topic = f"v{fleet['run_id']}-sensor-1"
+    session = f"{topic}-session-0"
+    at_13 = spark.sql(f"SELECT * FROM row_versions WHERE topic = '{topic}' AND session = '{session}' "
+                      "AND from_seq <= 13 AND (to_seq IS NULL OR to_seq > 13)").collect()
+    same_rows({r.row_id: r.asDict() for r in at_13},
+              expected_at(fleet["messages"], topic, session, lambda m: m["seq"] <= 13))

@@ -1,0 +1,332 @@
+"""verify's checks and asof's fold, pure: the core's own change log, folded, is the model's table;
+each kind of corruption of consistent tables is named by table, session, seq and row."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from deltalake import write_deltalake
+from hypothesis import strategies as st
+
+from reconstructor.audit.checks import Discrepancy, Verification
+from reconstructor.audit.delta_tables import delta_uri, storage_options
+from reconstructor.audit.fold import ChangeFold, changes_up_to, row_columns
+from reconstructor.audit.seq_runs import SeqRuns
+from reconstructor.config import S3Config
+from reconstructor.core.batch import process_batch
+from tests.support.model import SCHEMA, Model, Msg, normalise_values, to_frame
+from tests.support.strategies import batches_of, valid_session
+
+PROFILE = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TOPIC, SESSION = "sensor-1", "s1"
+NAMES = SCHEMA.names
+
+
+def core_output(batches: list[list[Msg]]):
+    """What the pipeline writes for one session fed ``batches``: (row_changes, sessions,
+    current_rows) as frames, the change log with its ``hour`` column."""
+    state, logs = None, []
+    for batch in batches:
+        result = process_batch(TOPIC, SESSION, [to_frame(batch)], state, SCHEMA)
+        assert result.violation is None
+        if len(result.changes):
+            logs.append(result.changes)
+        state = result.state
+    changes = pd.concat(logs or [result.changes], ignore_index=True).assign(topic=TOPIC, session=SESSION)
+    changes["hour"] = changes["offset"].map(lambda o: f"h{o % 3}")  # rows of one record share its hour
+    sessions = pd.DataFrame([{"topic": TOPIC, "session": SESSION, "partition": state.partition,
+                              "status": state.status.value, "first_seq": state.first_seq,
+                              "last_seq": state.last_seq, "last_offset": state.last_offset,
+                              "row_count": state.row_count}])
+    live = state.table.reset_index() if state.status.value == "open" else state.table.reset_index().iloc[:0]
+    current = live.assign(topic=TOPIC, session=SESSION, seq=state.last_seq, offset=state.last_offset)
+    return changes, sessions, current
+
+
+def no_violations() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in (
+        ("topic", object), ("session", object), ("partition", "int64"), ("offset", "int64"),
+        ("kind", object), ("expected_seq", "float64"), ("found_seq", "int64"))})
+
+
+def verify(changes, sessions, current, violations=None, topics=None) -> tuple[Discrepancy | None, Verification]:
+    check = Verification(sessions, no_violations() if violations is None else violations, NAMES, topics)
+    for _, hour in sorted(changes.groupby("hour"), key=lambda kv: kv[0], reverse=True):  # any hour order
+        found = check.add_changes(hour.reset_index(drop=True))
+        if found is not None:
+            return found, check
+    return check.finish(current), check
+
+
+def fold_of(changes) -> dict:
+    fold = ChangeFold(NAMES)
+    fold.add(changes)
+    return {rid: normalise_values(dict(zip(NAMES, values))) for rid, values in fold.table(TOPIC, SESSION).items()}
+
+
+def model_after(msgs: list[Msg]) -> dict:
+    model = Model()
+    for m in msgs:
+        model.apply(m)
+    return {rid: normalise_values(v) for rid, v in (model.table or {}).items()}
+
+
+def plain(value):
+    """A folded value as the model holds it (Arrow gives aware UTC times, the model naive ones)."""
+    if hasattr(value, "tzinfo") and value.tzinfo is not None:
+        return value.replace(tzinfo=None)
+    return value
+
+
+def plain_table(table: dict) -> dict:
+    return {rid: {c: plain(v) for c, v in values.items()} for rid, values in table.items()}
+
+
+@PROFILE
+@given(data=st.data())
+def test_the_core_change_log_folds_to_the_model_table_in_any_batch_order(data):
+    msgs = data.draw(valid_session())
+    changes, _, _ = core_output(data.draw(batches_of(msgs)))
+    shuffled = changes.sample(frac=1, random_state=data.draw(st.integers(0, 99))).reset_index(drop=True)
+    fold = ChangeFold(NAMES)
+    for part in (shuffled.iloc[: len(shuffled) // 2], shuffled.iloc[len(shuffled) // 2:]):
+        fold.add(part.reset_index(drop=True))
+    table = {rid: normalise_values(dict(zip(NAMES, v))) for rid, v in fold.table(TOPIC, SESSION).items()}
+    assert plain_table(table) == model_after(msgs)
+
+
+@PROFILE
+@given(data=st.data())
+def test_asof_a_seq_is_the_model_after_that_message(data):
+    msgs = data.draw(valid_session())
+    changes, _, _ = core_output(data.draw(batches_of(msgs)))
+    k = data.draw(st.integers(0, len(msgs) - 1))
+    assert plain_table(fold_of(changes_up_to(changes, seq=msgs[k].seq))) == model_after(msgs[: k + 1])
+
+
+@PROFILE
+@given(data=st.data())
+def test_asof_an_event_time_is_the_model_after_the_messages_up_to_it(data):
+    msgs = data.draw(valid_session())
+    changes, _, _ = core_output(data.draw(batches_of(msgs)))
+    k = data.draw(st.integers(0, len(msgs) - 1))
+    at = pd.Timestamp(msgs[k].event_ts).tz_localize("UTC")
+    assert plain_table(fold_of(changes_up_to(changes, at=at))) == model_after(msgs[: k + 1])
+
+
+@PROFILE
+@given(data=st.data())
+def test_the_tables_the_core_writes_verify(data):
+    msgs = data.draw(valid_session())
+    changes, sessions, current = core_output(data.draw(batches_of(msgs)))
+    found, check = verify(changes, sessions, current)
+    assert found is None, found.line()
+    assert check.summary.change_rows == len(changes)
+    rowless = sum(1 for m in msgs if not m.rows)  # an end, an update or snapshot with no rows
+    assert check.summary.rowless_seqs + check.summary.set_aside_seqs <= rowless
+
+
+def session_msgs() -> list[Msg]:
+    rows = [{"id": f"r{i}", "values": {"temperature": float(i), "status": "ok"}} for i in range(4)]
+    return [
+        Msg(seq=0, type="snapshot", rows=rows, offset=10),
+        Msg(seq=1, type="update", rows=[{"id": "r1", "values": {"temperature": 11.0}}], offset=11),
+        Msg(seq=2, type="update", rows=[], offset=12),  # changes no row
+        Msg(seq=3, type="snapshot", rows=rows[:2], offset=13),  # drops r2 and r3: two row_pos -1 rows
+        Msg(seq=4, type="update", rows=[{"id": "r0", "op": "delete"}], offset=14),
+        Msg(seq=5, type="update", rows=[{"id": "r1", "values": {"temperature": 15.0}}], offset=15),
+    ]
+
+
+@pytest.fixture
+def tables():
+    return core_output([session_msgs()[:3], session_msgs()[3:]])
+
+
+def test_asof_a_session_with_no_change_is_an_empty_table():
+    changes, _, _ = core_output([[Msg(seq=0, type="snapshot", offset=1)], [Msg(seq=1, type="end", offset=2)]])
+    assert fold_of(changes_up_to(changes, at=pd.Timestamp("2030-01-01", tz="UTC"))) == {}
+    assert fold_of(changes_up_to(changes, seq=1)) == {}
+
+
+def test_consistent_tables_verify_and_the_rowless_message_is_counted(tables):
+    changes, sessions, current = tables
+    assert (changes["row_pos"] == -1).sum() == 2  # the dropped rows share the snapshot's offset
+    found, check = verify(changes, sessions, current)
+    assert found is None, found.line()
+    assert (check.summary.rowless_seqs, check.summary.set_aside_seqs) == (1, 0)
+    lines = check.summary.lines("/out", 2.0)
+    assert lines[0] == "verify /out: no discrepancy"
+    assert any("change rows/s" in line for line in lines)
+
+
+def test_a_duplicated_change_row_is_named(tables):
+    changes, sessions, current = tables
+    dup = changes[changes["seq"] == 1]
+    found, _ = verify(pd.concat([changes, dup], ignore_index=True), sessions, current)
+    assert found.line() == (f"VERIFY FAILED row_changes topic={TOPIC} session={SESSION} seq=1 row=r1: the change "
+                            "at partition 0 offset 11 row_pos 0 is logged twice")
+
+
+def test_a_change_row_copied_into_another_hour_is_found_by_its_seq(tables):
+    changes, sessions, current = tables
+    copied = changes[changes["seq"] == 5].assign(hour="h-other")
+    found, _ = verify(pd.concat([changes, copied], ignore_index=True), sessions, current)
+    assert (found.table, found.session, found.seq) == ("row_changes", SESSION, 5)
+    assert "logged twice" in found.detail
+
+
+def test_a_deleted_change_row_is_found_in_current_rows(tables):
+    changes, sessions, current = tables
+    found, _ = verify(changes[changes["seq"] != 5], sessions, current)
+    assert (found.table, found.session, found.seq, found.row_id) == ("current_rows", SESSION, 3, "r1")
+    assert "temperature is 15.0 here, 1.0 in row_changes" in found.detail
+
+
+def test_a_deleted_delete_is_found_by_the_row_count(tables):
+    changes, sessions, current = tables
+    found, _ = verify(changes[changes["seq"] != 4], sessions, current.iloc[:0])
+    assert found.line().startswith(f"VERIFY FAILED sessions topic={TOPIC} session={SESSION} seq=5: row_count is 1")
+
+
+def test_a_changed_value_in_current_rows_is_named(tables):
+    changes, sessions, current = tables
+    current = current.copy()
+    current.loc[current["row_id"] == "r1", "status"] = "tampered"
+    found, _ = verify(changes, sessions, current)
+    assert found.line() == (f"VERIFY FAILED current_rows topic={TOPIC} session={SESSION} seq=5 row=r1: "
+                            "status is 'tampered' here, None in row_changes")
+
+
+def test_rows_of_a_session_that_is_not_open_are_named(tables):
+    changes, sessions, current = tables
+    found, _ = verify(changes, sessions.assign(status="ended"), current)
+    assert (found.table, found.row_id) == ("current_rows", "r1")
+    assert "ended" in found.detail
+
+
+def test_a_seq_past_the_sessions_last_seq_is_named(tables):
+    changes, sessions, current = tables
+    found, _ = verify(changes, sessions.assign(last_seq=4), current)
+    assert (found.table, found.seq) == ("row_changes", 5)
+    assert "past the session's last_seq 4" in found.detail
+
+
+def test_changes_before_first_seq_verify_as_a_replay_into_the_same_output_leaves_them(tables):
+    """A replay from the last snapshot writes the session's row again with that snapshot's seq as
+    its first_seq; the changes before it stay in row_changes (the replay de-duplicates)."""
+    changes, sessions, current = tables
+    found, _ = verify(changes, sessions.assign(first_seq=3), current)
+    assert found is None, found.line()
+
+
+def test_a_session_missing_from_sessions_is_named(tables):
+    changes, sessions, current = tables
+    found, _ = verify(changes, sessions.iloc[:0], current)
+    assert (found.table, found.session) == ("sessions", SESSION)
+
+
+def test_a_log_that_starts_with_an_update_is_named(tables):
+    changes, sessions, current = tables
+    changes = changes.copy()
+    changes.loc[changes["seq"] == 0, "type"] = "update"
+    found, _ = verify(changes, sessions, current)
+    assert (found.table, found.seq) == ("row_changes", 0) and "of type update, not a snapshot" in found.detail
+
+
+def violation(kind, offset, found_seq, session=SESSION):
+    return {"topic": TOPIC, "session": session, "partition": 0, "offset": offset, "kind": kind,
+            "expected_seq": None, "found_seq": found_seq}
+
+
+def test_a_quarantined_session_needs_its_violation_row_and_skipped_rows_their_cause(tables):
+    changes, sessions, current = tables
+    quarantined = sessions.assign(status="quarantined")
+    found, _ = verify(changes, quarantined, current.iloc[:0])
+    assert (found.table, found.session) == ("violations", SESSION)
+    assert "no violation row" in found.detail
+
+    cause = pd.DataFrame([violation("GAP", 17, 7), violation("SKIPPED", 18, 8)])
+    found, check = verify(changes, quarantined, current.iloc[:0], cause)
+    assert found is None, found.line()
+
+    skipped_alone = pd.DataFrame([violation("SKIPPED", 18, 8)])
+    found, _ = verify(changes, sessions, current, skipped_alone)
+    assert (found.table, found.seq) == ("violations", 8)
+    assert "no violation row quarantined" in found.detail
+
+
+def test_a_resync_to_a_lower_seq_may_repeat_a_seq_only_with_a_violation_row():
+    rows = [{"id": "a", "values": {"temperature": 1.0}}]
+    first = [Msg(seq=0, type="snapshot", rows=rows, offset=0), Msg(seq=1, type="update", rows=rows, offset=1)]
+    changes, sessions, current = core_output([first])
+    resync = pd.DataFrame([{**changes.iloc[0].to_dict(), "offset": 5, "seq": 0, "hour": "h-later"}])
+    log = pd.concat([changes, resync], ignore_index=True)
+    found, _ = verify(log, sessions.assign(last_seq=0, last_offset=5), current.assign(seq=0, offset=5))
+    assert found is not None and found.table == "row_changes"  # a seq past last_seq, or logged twice
+    cause = pd.DataFrame([violation("DUPLICATE", 3, 0)])
+    found, _ = verify(log, sessions.assign(last_seq=0, last_offset=5), current.assign(seq=0, offset=5), cause)
+    assert found is None, found.line()
+
+
+def test_the_topic_pattern_leaves_other_topics_out(tables):
+    changes, sessions, current = tables
+    found, check = verify(changes, sessions.assign(last_seq=1), current, topics="other-.*")
+    assert found is None and check.summary.change_rows == 0
+
+
+def test_row_columns_are_those_of_the_row_schema():
+    assert row_columns(["topic", "partition", "offset", "session", "seq", "type", "row_pos", "row_id", "op",
+                        *NAMES, "event_ts", "kafka_ts", "hour"]) == NAMES
+
+
+def test_seq_runs_hold_intervals_and_name_the_gaps():
+    runs = SeqRuns()
+    runs.add([5, 3, 4, 9])
+    runs.add([6, 12])
+    assert runs.runs == [(3, 6), (9, 9), (12, 12)]
+    assert 4 in runs and 7 not in runs
+    assert runs.gaps(0, 13) == [(0, 2), (7, 8), (10, 11), (13, 13)]
+
+
+def test_s3_settings_become_delta_rs_storage_options():
+    s3 = S3Config(endpoint="http://127.0.0.1:9000", region="us-east-1", access_key="k", secret_key="s",
+                  path_style=True)
+    assert delta_uri("s3a://recon/out/row_changes") == "s3://recon/out/row_changes"
+    assert storage_options(s3, "s3a://recon/out") == {
+        "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
+    assert storage_options(s3, "/data/out") == {}
+    https = storage_options(S3Config(endpoint="s3.example.com"), "s3://b/x")
+    assert https["AWS_ENDPOINT_URL"] == "https://s3.example.com" and "AWS_ALLOW_HTTP" not in https
+
+
+def test_the_model_is_not_changed_by_the_fold():
+    msgs = session_msgs()
+    before = copy.deepcopy(msgs)
+    changes, _, _ = core_output([msgs])
+    fold_of(changes)
+    assert msgs == before
+
+
+def test_verify_and_asof_read_delta_tables_without_loading_spark(tmp_path, tables):
+    changes, sessions, current = tables
+    write_deltalake(str(tmp_path / "row_changes"), changes, partition_by=["hour"])
+    write_deltalake(str(tmp_path / "sessions"), sessions)
+    write_deltalake(str(tmp_path / "current_rows"), current)
+    write_deltalake(str(tmp_path / "violations"), no_violations())
+    script = (f"import sys\nfrom reconstructor.cli import main\n"
+              f"assert main(['verify', '--output', {str(tmp_path)!r}]) == 0\n"
+              f"assert main(['asof', '--output', {str(tmp_path)!r}, '--topic', {TOPIC!r}, '--session', "
+              f"{SESSION!r}, '--seq', '1', '--format', 'csv']) == 0\n"
+              "print('engine loaded:', any(m.split('.')[0] in ('pyspark', 'py4j', 'delta') for m in sys.modules))")
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert "no discrepancy" in ran.stdout and "3 hour partitions" in ran.stdout
+    assert "r1,11.0," in ran.stdout  # r1 as it was after seq 1
+    assert ran.stdout.strip().endswith("engine loaded: False")
