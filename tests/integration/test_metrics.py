@@ -4,19 +4,17 @@ over a fleet on the shared stack, and its JSON-lines log read after it stopped."
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet
+from tests.support.cli import scrape_metrics, stop_run
 from tests.support.pipeline import produce
 
 pytestmark = pytest.mark.integration
@@ -28,17 +26,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _samples(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
-    return samples
 
 
 def _lags(samples: dict[str, float]) -> dict[str, float]:
@@ -56,7 +43,7 @@ def _await_caught_up(port: int, records: int, proc, log: Path, partitions: int) 
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"the run ended ({proc.returncode}):\n{_tail(log)}"
         try:
-            samples = _samples(port)
+            samples = scrape_metrics("127.0.0.1", port)
         except OSError:  # not listening yet, or a scrape refused while it starts
             samples = {}
         lags = _lags(samples)
@@ -100,13 +87,7 @@ def test_a_continuous_run_serves_its_metrics_while_it_runs_and_logs_a_json_line_
         assert second['reconstructor_violations_total{kind="GAP"}'] == 1
         assert second['reconstructor_violations_total{kind="SKIPPED"}'] >= 1  # its end, at least
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # the CLI ends on Ctrl-C: "interrupted", exit 1
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_run(proc)
 
     batches = [json.loads(line) for line in metrics_log.read_text().splitlines()]
     ids = [b["batch_id"] for b in batches]

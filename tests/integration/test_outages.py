@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from reconstructor.devstack.producer import SensorProducer
 from reconstructor.devstack.smoke import local_s3
 from reconstructor.schema import RowSchema
 from reconstructor.spark.engine import build_spark
+from tests.support.cli import stop_run
 from tests.support.kafka import create_topics, send, snapshot, update
 from tests.support.model import Model, Msg
 from tests.support.pipeline import assert_exact, current_tables, normalise, offsets_of, read_table
@@ -66,16 +66,6 @@ def _start_run(private: PrivateStack, spark, bucket: str, pattern: str, log: Pat
             stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **private.s3_env()})
     return proc, out
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)  # the CLI ends on Ctrl-C: "interrupted", exit 1
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _tail(log: Path) -> str:
@@ -185,7 +175,7 @@ def test_a_continuous_run_rides_through_a_broker_kill_and_a_frozen_s3_endpoint(
         assert all(RESTART_LINE.match(line) for line in restarts), restarts
         print(f"\nrestarts during the outages ({len(restarts)}):", *restarts, sep="\n  ")
     finally:
-        _stop(proc)
+        stop_run(proc)
 
 
 @pytest.mark.integration
@@ -205,7 +195,7 @@ def test_a_run_gives_up_with_exit_1_once_its_restarts_are_spent(private, engine,
         send(private.bootstrap_servers, topic, "s", [update(2, "c")])
         proc.wait(WAIT_S)
     finally:
-        _stop(proc)
+        stop_run(proc)
     text = log.read_text(errors="replace")
     assert proc.returncode == 1, text[-4000:]
     restarts = _restart_lines(log)

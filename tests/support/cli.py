@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import urllib.request
 
 
 def cli(*args, timeout=600):
@@ -16,3 +19,27 @@ def refusal_line(result) -> str:
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("reconstructor:")]
     return line
+
+
+def scrape_metrics(host: str, port: int) -> dict[str, float]:
+    """A metrics endpoint's samples, ``{'name{labels}': value}``, as a Prometheus scrape reads them."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def stop_run(proc: subprocess.Popen) -> None:
+    """Stop a CLI run started in its own process group as an operator does: Ctrl-C (the CLI ends
+    "interrupted", exit 1), then SIGKILL of the group if it does not end within a minute."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

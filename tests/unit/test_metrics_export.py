@@ -8,7 +8,6 @@ import re
 import socket
 import subprocess
 import sys
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from reconstructor.cli import build_parser
 from reconstructor.errors import UsageError
 from reconstructor.metrics import BatchCounts
 from reconstructor.metrics_export import MetricsExport
+from tests.support.cli import scrape_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BEHIND = json.loads((FIXTURES / "progress_behind.json").read_text())
@@ -26,15 +26,7 @@ CAUGHT_UP = json.loads((FIXTURES / "progress_caught_up.json").read_text())
 
 
 def scrape(export: MetricsExport) -> dict[str, float]:
-    host, port = export.address
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
-    return samples
+    return scrape_metrics(*export.address)
 
 
 def test_the_endpoint_serves_counters_and_the_last_batchs_gauges_and_the_log_gets_a_line_a_batch(tmp_path):
