@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -51,6 +52,9 @@ LIVE_COMPACTION_EVERY = 50
 # How long a batch waits for ``set_query_id`` (called right after ``writer.start()`` returns).
 QUERY_ID_WAIT_S = 600
 
+# How many batches' phase timings a run keeps (``DeltaSinks.timings``).
+TIMINGS_KEPT = 100
+
 # A session record's ``info``, parsed: a struct column of the session's fields.
 SESSION_INFO = "session_info"
 
@@ -67,9 +71,36 @@ class Recorded:
     drifts: int  # snapshot drifts
 
 
+@dataclass(frozen=True)
+class BatchTimings:
+    """Where one written micro-batch spent its seconds: ``compute`` (the parse and the stateful
+    step, into the batch cache, with the one stats pass), ``append`` (``row_changes`` and
+    ``violations``) and ``merges`` (the ``current_rows`` and ``sessions`` MERGEs side by side; each
+    one's own seconds in ``tables``)."""
+
+    compute: float
+    append: float
+    merges: float
+    tables: dict[str, float]
+
+    @property
+    def writes(self) -> float:
+        """The Delta transactions' wall time."""
+        return self.append + self.merges
+
+
 def _is(kind: RecordKind) -> Column:
     """The output record is of ``kind``."""
     return F.col("record") == kind.value
+
+
+def _timed(write: Callable[[], None]) -> Callable[[], float]:
+    """``write`` returning its own seconds."""
+    def timed() -> float:
+        started = time.perf_counter()
+        write()
+        return time.perf_counter() - started
+    return timed
 
 
 def _session_column(field: SessionField) -> Column:
@@ -105,6 +136,8 @@ class DeltaSinks:
     recorded: dict[int, "Recorded"] = field(default_factory=dict, init=False, repr=False)
     #: Told each written batch's counts (``reconstructor.metrics``), from the same aggregation.
     on_counts: Callable[[int, BatchCounts], None] | None = None
+    #: Per batch id, the last ``TIMINGS_KEPT`` written batches' phase timings.
+    timings: dict[int, BatchTimings] = field(default_factory=dict, init=False, repr=False)
 
     def check_writer(self, checkpoint) -> None:
         """Refuse (``UsageError``) to write tables another writer holds, before Kafka is read.
@@ -206,6 +239,7 @@ class DeltaSinks:
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         """The foreachBatch function."""
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        started = time.perf_counter()
         try:
             # One pass computes the batch (the stateful step runs once, into the cache) and answers
             # every question asked before writing: empty? a violation? sessions that closed?
@@ -229,6 +263,7 @@ class DeltaSinks:
                 *[F.count(F.when(_is(RecordKind.RECORDED) & (F.get_json_object("info", "$.kind") == k), 1))
                   .alias(f"kind_{k}") for k in VIOLATION_KINDS],
             ).collect()[0]
+            computed = time.perf_counter()
             if stats.records == 0:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
             if stats.violation is not None:
@@ -245,11 +280,16 @@ class DeltaSinks:
                 self._append_violations(batch.filter(_is(RecordKind.RECORDED)), batch_id)
                 self.recorded[batch_id] = Recorded(stats.recorded - stats.drifts, stats.sessions_set_aside,
                                                    stats.drifts)
-            side_by_side(
+            appended = time.perf_counter()
+            tables = dict(zip((CURRENT_ROWS, SESSIONS), side_by_side(
                 self.spark,
-                lambda: self._write_current_rows(current, sessions, batch_id, closed=stats.closed > 0),
-                lambda: self._write_sessions(sessions, batch_id),
-            )
+                _timed(lambda: self._write_current_rows(current, sessions, batch_id, closed=stats.closed > 0)),
+                _timed(lambda: self._write_sessions(sessions, batch_id)),
+            )))
+            merged = time.perf_counter()
+            self.timings[batch_id] = BatchTimings(computed - started, appended - computed, merged - appended,
+                                                  tables)
+            self.timings.pop(batch_id - TIMINGS_KEPT, None)
             if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
                 compact_live_tables(self.spark, self.output)
             if self.on_counts is not None:

@@ -240,8 +240,7 @@ def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: in
     In quarantine mode the records carry their raw value (``parse_records(keep_values=True)``) for
     the ``violations`` table."""
     fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms, policy)
-    values = [VALUE] if policy.quarantine else []
-    inputs = records.select("topic", "group_session", *_input_columns(schema), *values)
+    inputs = reconstruct_inputs(records, schema, with_values=policy.quarantine)
     return inputs.groupBy("topic", "group_session").applyInPandasWithState(
         fn,
         outputStructType=records_ddl(schema),
@@ -251,6 +250,9 @@ def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: in
     )
 
 
-def _input_columns(schema: RowSchema) -> list[str]:
-    return list(INPUT) + schema.names
+def reconstruct_inputs(records: DataFrame, schema: RowSchema, *, with_values: bool) -> DataFrame:
+    """The columns the state function is handed: the grouping key, ``INPUT``, the row columns and,
+    with ``with_values``, the raw value."""
+    values = [VALUE] if with_values else []
+    return records.select("topic", "group_session", *INPUT, *schema.names, *values)
 

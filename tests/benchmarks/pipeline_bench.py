@@ -6,7 +6,17 @@
   3. the single-process peer (``tests.benchmarks.peer``): confluent-kafka, dicts, delta-rs.
 ``scaling`` keeps a fixed update workload on 20 hot sessions while the state grows to 1k, 10k and
 100k idle sessions (each with a real 5-row table) and reports each batch's duration and the bytes
-its checkpoint wrote. Figures go to stdout and to a JSON file; nothing is asserted.
+its checkpoint wrote.
+``floor`` puts the stateful step and the Delta writes of a live-fleet batch (1,000 sessions with
+2 update messages each, by default) next to the engine's floor, in one run on the same batches:
+  1. a projection of the parsed records to Spark's ``noop`` sink (no state);
+  2. a trivial ``applyInPandasWithState`` function (count a group's rows into a long) to ``noop``:
+     what the engine costs per group, whatever the function does;
+  3. the reconstructor's stateful step to ``noop``;
+  4. the whole reconstructor (``pipeline.start``), with each batch's phases from its sinks;
+  5. a bare MERGE (offset-guarded update, insert otherwise) and a bare append of the same batch's
+     rows into tables of the same size: the Delta floor of the batch's transactions.
+Figures go to stdout and to a JSON file; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -153,6 +163,184 @@ def throughput(spark, args, work: Path) -> dict:
     }
 
 
+def _trivial_state(key, frames, state):
+    """The floor's state function: count the group's rows into a long."""
+    import pandas as pd
+
+    total = (state.get[0] if state.exists else 0) + sum(len(f) for f in frames)
+    state.update((total,))
+    yield pd.DataFrame({"topic": [key[0]], "session": [key[1]], "rows": [total]})
+
+
+def _noop_run(spark, frame, root: Path) -> list[dict]:
+    """``frame`` (a streaming DataFrame) to Spark's ``noop`` sink, every offset once; its progress."""
+    # As ``pipeline.start`` does for available-now: no endless no-data batches for the timeouts.
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    try:
+        query = (frame.writeStream.format("noop").option("checkpointLocation", str(root / "chk"))
+                 .outputMode("append").trigger(availableNow=True).start())
+    finally:
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return _progress(query)
+
+
+def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int) -> tuple[list[dict], dict]:
+    """One of the floor benchmark's runs over the same topics; its progress and the sinks' timings."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from reconstructor.pipeline import start
+    from reconstructor.spark.parse import parse_records
+    from reconstructor.spark.source import kafka_stream
+    from reconstructor.spark.stateful import reconstruct, reconstruct_inputs
+
+    if name == "reconstructor":
+        cfg = Config(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
+                     output=str(root / "out"), checkpoint=str(root / "chk"),
+                     max_offsets_per_trigger=max_offsets, compact_every=None)
+        running = start(spark, cfg)
+        running.await_termination()
+        return running.recent_progress(), dict(running.sinks.timings)
+    schema = RowSchema.load()
+    raw = kafka_stream(spark, bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
+                       max_offsets_per_trigger=max_offsets)
+    parsed = parse_records(raw, schema)
+    if name == "projection":
+        frame = parsed
+    elif name in ("trivial", "trivial-wide"):
+        # trivial-wide hands the function the reconstructor's own input columns: pyspark converts
+        # every column of every group, so this is the engine's floor for the reconstructor's input.
+        wide = name == "trivial-wide"
+        inputs = reconstruct_inputs(parsed, schema, with_values=False) if wide else parsed.select(
+            "topic", "group_session", "seq")
+        frame = (inputs.groupBy("topic", "group_session")
+                 .applyInPandasWithState(_trivial_state, outputStructType="topic string, session string, rows long",
+                                         stateStructType="rows long", outputMode="append",
+                                         timeoutConf=GroupStateTimeout.NoTimeout))
+    else:
+        frame = reconstruct(parsed, schema, session_timeout_ms=int(Config().session_timeout.total_seconds() * 1000))
+    return _noop_run(spark, frame, root), {}
+
+
+FLOOR_VARIANTS = ("projection", "trivial", "trivial-wide", "stateful", "reconstructor")
+
+
+def _live_fleet(prefix: str, topics: list[str], sessions: int, rows: int, rounds: int) -> list[Planned]:
+    """Every session's snapshot, then ``rounds`` rounds of one 3-row update per session: batches of
+    2 x ``sessions`` offsets then hold 2 messages of every session."""
+    ts = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    names = [(topics[i % len(topics)], f"{prefix}s{i}") for i in range(sessions)]
+    messages = [_snapshot(t, s, rows, ts) for t, s in names]
+    for seq in range(1, rounds + 1):
+        for topic, session in names:
+            changed = [{"id": f"row-{(seq * 3 + k) % rows}", "values": {"temperature": float(seq), "status": "ok",
+                                                                       "reading_count": seq}} for k in range(3)]
+            messages.append(Planned(topic, session, {"session": session, "seq": seq, "type": "update", "ts": ts,
+                                                     "rows": changed}))
+    return messages
+
+
+def _delta_floor(spark, recon_out: Path, root: Path, repeat: int) -> dict:
+    """A bare append and a bare MERGE of one batch's rows into tables of the reconstructor's size.
+
+    The rows are the reconstructor's own last two rounds of changes (one batch's worth); the MERGE
+    target is a copy of its ``current_rows``, the append target a copy of its ``row_changes``."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    changes = spark.read.format("delta").load(str(recon_out / "row_changes"))
+    last = changes.agg(F.max("seq")).first()[0]
+    batch = changes.filter(F.col("seq") > last - 2).cache()
+    rows = batch.count()
+    current = spark.read.format("delta").load(str(recon_out / "current_rows"))
+    current.write.format("delta").save(str(root / "current"))
+    changes.write.format("delta").partitionBy("hour").save(str(root / "changes"))
+    latest = (batch.groupBy("topic", "session", "row_id").agg(F.max_by(F.struct("*"), "offset").alias("r"))
+              .select("r.*").withColumn("updated_at", F.col("event_ts")).select(*current.columns).cache())
+    latest.count()
+    appends, merges = [], []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        batch.write.format("delta").mode("append").save(str(root / "changes"))
+        appends.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        assign = {c: f"source.`{c}`" for c in current.columns}
+        (DeltaTable.forPath(spark, str(root / "current")).alias("target")
+         .merge(latest.alias("source"), "target.topic = source.topic AND target.session = source.session "
+                "AND target.row_id = source.row_id")
+         .whenMatchedUpdate(condition="source.offset >= target.offset", set=assign)
+         .whenNotMatchedInsert(values=assign).execute())
+        merges.append(time.perf_counter() - started)
+    batch.unpersist()
+    latest.unpersist()
+    return {"rows_appended": rows, "rows_merged": latest.count(), "current_rows": current.count(),
+            "append_s": statistics.median(appends), "merge_s": statistics.median(merges),
+            "appends": appends, "merges": merges,
+            "floor_s": statistics.median(appends) + statistics.median(merges)}
+
+
+def floor(spark, args, work: Path) -> dict:
+    """The stateful step and the Delta writes of a live-fleet batch against the engine's floor."""
+    prefix = f"floor{uuid.uuid4().hex[:8]}-"
+    topics = [f"{prefix}sensor-{i}" for i in range(4)]
+    create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in topics})
+    rounds = 1 + 2 * args.floor_batches
+    messages = _live_fleet(prefix, topics, args.floor_sessions, args.floor_rows, rounds)
+    publish_s = _publish(messages, topics)
+    pattern = f"{prefix}sensor-[0-9]+"
+    max_offsets = 2 * args.floor_sessions
+    print(f"floor: {args.floor_sessions:,} sessions x {args.floor_rows} rows, then {args.floor_batches} batches of "
+          f"2 updates per session ({len(messages):,} messages, published in {publish_s:.1f}s)", flush=True)
+    batch_ms: dict[str, list[float]] = {v: [] for v in FLOOR_VARIANTS}
+    timings = []
+    for i in range(args.warmup + args.repeat):
+        for name in FLOOR_VARIANTS:
+            progress, sink_timings = _floor_variant(spark, name, pattern, work / f"{name}-{i}", max_offsets)
+            # The first batch loads the snapshots; the update batches are the live fleet.
+            updates = [p for p in progress if p["numInputRows"] > 0][1:]
+            if i < args.warmup:
+                continue
+            batch_ms[name] += [p["durationMs"]["triggerExecution"] for p in updates]
+            if name == "reconstructor":
+                timings += [t for b, t in sorted(sink_timings.items()) if b > 0]
+            shown = ", ".join(f"{p['durationMs']['triggerExecution']:,}" for p in updates)
+            print(f"  {name}: update batches {shown} ms", flush=True)
+    per_group = {name: statistics.median(ms) / args.floor_sessions for name, ms in batch_ms.items()}
+    recon_root = work / f"reconstructor-{args.warmup + args.repeat - 1}" / "out"
+    delta = _delta_floor(spark, recon_root, work / "delta-floor", args.repeat + 1)
+    writes = {"compute_s": statistics.median(t.compute for t in timings),
+              "append_s": statistics.median(t.append for t in timings),
+              "merges_s": statistics.median(t.merges for t in timings),
+              "current_rows_s": statistics.median(t.tables["current_rows"] for t in timings),
+              "sessions_s": statistics.median(t.tables["sessions"] for t in timings),
+              "writes_s": statistics.median(t.writes for t in timings)}
+    return {"sessions": args.floor_sessions, "rows": args.floor_rows, "batches": args.floor_batches,
+            "batch_ms": batch_ms, "ms_per_group": per_group,
+            "ratio_stateful_to_trivial": per_group["stateful"] / per_group["trivial"],
+            "ratio_stateful_to_trivial_wide": per_group["stateful"] / per_group["trivial-wide"],
+            "ratio_reconstructor_to_trivial": per_group["reconstructor"] / per_group["trivial"],
+            "reconstructor_phases": writes, "delta_floor": delta,
+            "ratio_writes_to_delta_floor": writes["writes_s"] / delta["floor_s"]}
+
+
+def _print_floor(f: dict) -> None:
+    g, d, w = f["ms_per_group"], f["delta_floor"], f["reconstructor_phases"]
+    print(f"\n{f['sessions']:,} sessions x 2 updates per batch, ms per group (median batch / sessions):")
+    print("| run | ms per group |\n|---|---:|")
+    for name in FLOOR_VARIANTS:
+        print(f"| {name} | {g[name]:.2f} |")
+    print(f"stateful step / trivial applyInPandasWithState = {f['ratio_stateful_to_trivial']:.2f} "
+          f"(/ the trivial function over the same input columns = {f['ratio_stateful_to_trivial_wide']:.2f})")
+    print(f"reconstructor batch phases (median): compute {w['compute_s']:.2f}s, append {w['append_s']:.2f}s, "
+          f"MERGEs side by side {w['merges_s']:.2f}s (current_rows {w['current_rows_s']:.2f}s, "
+          f"sessions {w['sessions_s']:.2f}s)")
+    print(f"Delta floor: append of {d['rows_appended']:,} rows {d['append_s']:.2f}s + MERGE of {d['rows_merged']:,} "
+          f"rows into {d['current_rows']:,} {d['merge_s']:.2f}s = {d['floor_s']:.2f}s; "
+          f"the reconstructor's transactions / floor = {f['ratio_writes_to_delta_floor']:.2f}\n", flush=True)
+
+
 def _snapshot(topic: str, session: str, rows: int, ts: str) -> Planned:
     table = [{"id": f"row-{i}", "values": {"temperature": 20.0 + i, "status": "ok", "reading_count": i}}
              for i in range(rows)]
@@ -223,7 +411,7 @@ def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("which", nargs="?", choices=["all", "throughput", "scaling"], default="all")
+    p.add_argument("which", nargs="?", choices=["all", "throughput", "scaling", "floor"], default="all")
     p.add_argument("--sensors", type=int, default=4)
     p.add_argument("--sessions", type=int, default=10, help="sessions per sensor")
     p.add_argument("--rows", type=int, default=200, help="rows in each session's snapshot")
@@ -235,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000, 100000])
     p.add_argument("--rounds", type=int, default=3, help="measured batches per state size")
     p.add_argument("--load-batch", type=int, default=50_000, help="maxOffsetsPerTrigger while loading state")
+    p.add_argument("--floor-sessions", type=int, default=1000, help="floor: sessions in every batch")
+    p.add_argument("--floor-rows", type=int, default=50, help="floor: rows in each session's table")
+    p.add_argument("--floor-batches", type=int, default=4, help="floor: measured batches per run")
     p.add_argument("--shuffle-partitions", type=int, default=None)
     p.add_argument("--json", default="bench-results.json", help="where to write the figures")
     args = p.parse_args(argv)
@@ -255,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {name} | {t[name]['seconds']:.1f} ({runs}) | {t[name]['updates_per_s']:,.0f} |")
             print(f"reconstructor / limit = {t['ratio_reconstructor_to_limit']:.2f}, "
                   f"reconstructor / peer = {t['ratio_reconstructor_to_peer']:.2f}\n", flush=True)
+        if args.which in ("all", "floor"):
+            out["floor"] = floor(spark, args, work / "floor")
+            _print_floor(out["floor"])
         if args.which in ("all", "scaling"):
             def save(partial):
                 Path(args.json).write_text(json.dumps({**out, "scaling": partial}, indent=2, default=str))
