@@ -92,15 +92,15 @@ def keeps_up(durations: list[float], lag: list[tuple[float, int]], window: tuple
              sessions: int, trigger_s: float) -> Verdict:
     """Whether an engine keeps up with ``sessions`` updates a second under a ``trigger_s`` trigger.
 
-    It does when, over the measured ``window`` (start, end), (1) the median batch lasts no longer
-    than the trigger interval, so each batch is done before the next is due, and (2) the largest
-    lag sampled in the window's last third is under two intervals' worth of updates
-    (``2 x sessions x trigger_s``): an engine that keeps up lags at most one interval of records
-    waiting plus those that arrive while a batch runs, and one falling behind passes it as its
-    backlog grows.
+    ``durations`` are those of the batches that ran during the measured ``window`` (start, end).
+    It keeps up when (1) the median batch lasts no longer than the trigger interval, so each batch
+    is done before the next is due, and (2) the largest lag sampled in the window's last third is
+    under two intervals' worth of updates (``2 x sessions x trigger_s``): an engine that keeps up
+    lags at most one interval of records waiting plus those that arrive while a batch runs, and
+    one falling behind passes it as its backlog grows.
     """
     if not durations:
-        return Verdict(False, "no batch committed in the window")
+        return Verdict(False, "no batch ran in the window")
     median = percentile(durations, 50)
     start, end = window
     tail = [n for t, n in lag if end - (end - start) / 3 <= t <= end]
