@@ -18,8 +18,9 @@ time) or, for the peer, its write log.  From these, per engine and N:
   - end-to-end latency of each update: its batch's commit time minus its Kafka timestamp (p50, p95),
     over the updates published after ``--warmup`` (default: the run's first third);
   - keeps up: over the measured window (after the warm-up, until publishing stops) the median batch
-    lasts no longer than the trigger interval, and the largest lag sampled in the window's last
-    third is under two intervals' worth of updates (2 x N x interval).  An engine that keeps up
+    (of those started in the window; if none did, of those running through it) lasts no longer
+    than the trigger interval, and the largest lag sampled in the window's last third is under two
+    intervals' worth of updates (2 x N x interval).  An engine that keeps up
     lags at most one interval's records plus those arriving while a batch runs; one falling behind
     passes that as its backlog grows.
 An engine that does not keep up at N is not run at larger N.  Engines run one at a time.  Progress
@@ -55,7 +56,8 @@ from reconstructor.config import Duration  # noqa: E402
 from reconstructor.devstack import localstack  # noqa: E402
 from reconstructor.devstack.fleet import FleetSpec, hash_partition, plan_fleet  # noqa: E402
 from reconstructor.devstack.producer import encode, librdkafka_logging  # noqa: E402
-from tests.benchmarks.fleet_figures import Commit, Verdict, keeps_up, lag_series, latencies, percentile  # noqa: E402
+from tests.benchmarks.fleet_figures import (Commit, Verdict, keeps_up, lag_series, latencies,  # noqa: E402
+                                            measured_batches, percentile)
 
 ENGINES = ("reconstructor", "limit", "peer")
 SENSORS = 4
@@ -334,14 +336,32 @@ def _covered(commits: list[Commit], high: dict[tuple[str, int], int]) -> bool:
     return bool(commits) and all(commits[-1].end_offsets.get(tp, 0) >= end for tp, end in high.items() if end)
 
 
-def _wait_for(engine: Engine, high: dict, timeout: float) -> bool:
-    """Until the engine has committed up to ``high`` (True), died or timed out (False)."""
+def _wait_for(engine: Engine, high: dict, timeout: float, each=lambda commits: None) -> bool:
+    """Until the engine has committed up to ``high`` (True), died or timed out (False); ``each``
+    sees the commits every second."""
     deadline = time.time() + timeout
     while time.time() < deadline and engine.alive():
-        if _covered(engine.commits(), high):
+        commits = engine.commits()
+        each(commits)
+        if _covered(commits, high):
             return True
         time.sleep(1)
     return False
+
+
+class BatchPrinter:
+    """One progress line per batch the engine commits, with the lag at the last sample."""
+
+    def __init__(self, label: str, sampler: EndOffsetSampler):
+        self.label, self.sampler, self.shown = label, sampler, 0
+
+    def __call__(self, commits: list[Commit]) -> None:
+        for c in commits[self.shown:]:
+            before = sum(commits[self.shown - 1].end_offsets.values()) if self.shown else 0
+            (_, lag), = lag_series(self.sampler.samples[-1:] or [(time.time(), {})], commits)
+            print(f"  {self.label} batch {c.batch}: {sum(c.end_offsets.values()) - before:,} records in "
+                  f"{c.duration:.1f}s; lag {lag:,} at the last sample", flush=True)
+            self.shown += 1
 
 
 def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
@@ -371,16 +391,10 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
         print(f"{label}: snapshots read; publishing {sessions:,} updates/s for {seconds}s", flush=True)
         sampler.start()
         publisher.start_updates(seconds)
-        shown = 0
+        show = BatchPrinter(label, sampler)
         while publisher.running():
             time.sleep(1)
-            commits = engine.commits()
-            for c in commits[shown:]:
-                records = sum(c.end_offsets.values()) - (sum(commits[shown - 1].end_offsets.values()) if shown else 0)
-                (_, lag), = lag_series(sampler.samples[-1:] or [(time.time(), {})], commits)
-                print(f"  {label} batch {c.batch}: {records:,} records in {c.duration:.1f}s; "
-                      f"lag {lag:,} at the last sample", flush=True)
-                shown += 1
+            show(engine.commits())
             if not engine.alive():
                 break
         publisher.stop()
@@ -389,7 +403,7 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
         ended = publisher.ended or time.time()
         # Let the engine commit what was published (within two intervals and a margin): the last
         # updates' latency is then measured rather than dropped.
-        _wait_for(engine, sampler.sample(), 2 * trigger_s + 30)
+        _wait_for(engine, sampler.sample(), 2 * trigger_s + 30, show)
         died = engine.proc.poll()
         commits = engine.commits()
     finally:
@@ -399,9 +413,7 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
     t0 = publisher.started
     window = (t0 + warmup, ended)
     lag = lag_series(sampler.samples, commits)
-    # Every batch that ran during the window: one long batch spanning it counts too.
-    measured = [c for c in commits if c.committed >= window[0] and c.started <= window[1]]
-    durations = [c.duration for c in measured]
+    durations = [c.duration for c in measured_batches(commits, window)]
     lats, uncommitted = latencies(publisher.deliveries, commits, since=window[0])
     verdict = keeps_up(durations, lag, window, sessions, trigger_s)
     if died is not None:

@@ -82,6 +82,13 @@ def latencies(deliveries: dict[TopicPartition, list[tuple[int, float]]], commits
     return out, missing
 
 
+def measured_batches(commits: list[Commit], window: tuple[float, float]) -> list[Commit]:
+    """The batches that started in the window; if none did, the engine spent the window in
+    batches begun before it, and those that ran into the window count."""
+    started = [c for c in commits if window[0] <= c.started <= window[1]]
+    return started or [c for c in commits if c.committed >= window[0] and c.started <= window[1]]
+
+
 @dataclass(frozen=True)
 class Verdict:
     keeps_up: bool

@@ -1,4 +1,4 @@
-from tests.benchmarks.fleet_figures import Commit, keeps_up, lag_series, latencies, percentile
+from tests.benchmarks.fleet_figures import Commit, keeps_up, lag_series, latencies, measured_batches, percentile
 
 TP0, TP1 = ("sensor-0", 0), ("sensor-0", 1)
 
@@ -55,3 +55,13 @@ def test_an_engine_whose_lag_grows_past_two_intervals_falls_behind():
 
 def test_no_batch_in_the_window_is_not_keeping_up():
     assert not keeps_up([], [(170, 0)], (60, 180), sessions=10, trigger_s=30).keeps_up
+
+
+def test_the_batches_measured_are_those_started_in_the_window():
+    commits = [Commit(0, 0.0, 70.0, {}), Commit(1, 70.0, 80.0, {}), Commit(2, 80.0, 85.0, {})]
+    assert [c.batch for c in measured_batches(commits, (60, 180))] == [1, 2]
+
+
+def test_a_batch_that_spans_the_whole_window_is_measured():
+    commits = [Commit(0, 0.0, 10.0, {}), Commit(1, 10.0, 200.0, {})]
+    assert [c.batch for c in measured_batches(commits, (60, 180))] == [1]
