@@ -260,7 +260,6 @@ class Engine:
         return self.proc.poll() is None
 
     def log_tail(self, lines: int = 15) -> str:
-        self.stderr.flush()
         return "\n".join((self.root / "engine.log").read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
