@@ -219,6 +219,23 @@ def spark_commits(checkpoint: Path) -> list[Commit]:
     return sorted(out, key=lambda c: c.batch)
 
 
+def spark_batch_in_flight(checkpoint: Path) -> tuple[int, float] | None:
+    """The batch Spark has planned (``offsets/<n>``) but not committed: its id and trigger time."""
+    def ids(folder: str) -> set[int]:
+        path = checkpoint / folder
+        return {int(p.name) for p in path.iterdir() if p.name.isdigit()} if path.is_dir() else set()
+
+    pending = ids("offsets") - ids("commits")
+    if not pending:
+        return None
+    batch = max(pending)
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    return batch, json.loads(lines[1])["batchTimestampMs"] / 1000
+
+
 def peer_commits(log: Path) -> list[Commit]:
     """The peer's writes, from its JSON-lines log (see ``peer.run_peer_continuous``)."""
     if not log.exists():
@@ -255,6 +272,10 @@ class Engine:
 
     def commits(self) -> list[Commit]:
         return peer_commits(self.peer_log) if self.name == "peer" else spark_commits(self.checkpoint)
+
+    def in_flight(self) -> tuple[int, float] | None:
+        """The batch running now, if the engine shows one (the peer applies records continuously)."""
+        return None if self.name == "peer" else spark_batch_in_flight(self.checkpoint)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -404,7 +425,7 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
         # updates' latency is then measured rather than dropped.
         _wait_for(engine, sampler.sample(), 2 * trigger_s + 30, show)
         died = engine.proc.poll()
-        commits = engine.commits()
+        commits, running, stopped = engine.commits(), engine.in_flight(), time.time()
     finally:
         publisher.stop()
         sampler.stop()
@@ -412,7 +433,9 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
     t0 = publisher.started
     window = (t0 + warmup, ended)
     lag = lag_series(sampler.samples, commits)
-    durations = [c.duration for c in measured_batches(commits, window)]
+    # A batch still running when the engine is stopped counts with the time it had run so far.
+    unfinished = [Commit(running[0], running[1], stopped, {})] if running else []
+    durations = [c.duration for c in measured_batches(commits + unfinished, window)]
     lats, uncommitted = latencies(publisher.deliveries, commits, since=window[0])
     verdict = keeps_up(durations, lag, window, sessions, trigger_s)
     if died is not None:
@@ -434,6 +457,8 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
         "batches": [{"batch": c.batch, "started": c.started - t0, "committed": c.committed - t0,
                      "seconds": c.duration, "records": sum(c.end_offsets.values())} for c in commits],
         "lag": [[round(t - t0, 1), n] for t, n in lag],
+        "batch_unfinished": {"batch": running[0], "started": running[1] - t0, "seconds_so_far": stopped - running[1]}
+        if running else None,
     }
     if engine_name == "reconstructor":
         out["metrics_log_batch_seconds"] = engine.spark_batch_seconds()

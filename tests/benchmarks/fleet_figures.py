@@ -107,7 +107,7 @@ def keeps_up(durations: list[float], lag: list[tuple[float, int]], window: tuple
     one falling behind passes it as its backlog grows.
     """
     if not durations:
-        return Verdict(False, "no batch ran in the window")
+        return Verdict(False, "no batch committed or running in the window")
     median = percentile(durations, 50)
     start, end = window
     tail = [n for t, n in lag if end - (end - start) / 3 <= t <= end]
