@@ -7,11 +7,12 @@ VPY    := $(VENV)/bin/python
 STACK  := $(VPY) -m reconstructor.devstack.localstack
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+FLEET_ARGS ?=
 
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: help venv jars up down status test test-unit test-integration test-slow bench bench-core demo smoke wheel clean
+.PHONY: help venv jars up down status test test-unit test-integration test-slow bench bench-fleet bench-core demo smoke wheel clean
 
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
@@ -20,6 +21,9 @@ help:
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
 	@echo "make bench             end-to-end benchmarks (reconstructor vs stateless limit vs peer, state scaling)"
 	@echo "                       -> bench-results.json; BENCH_ARGS='throughput --updates 500' to narrow"
+	@echo "make bench-fleet       fleet capacity: a live fleet of N sessions, 1 update/s each, read under a"
+	@echo "                       '30 seconds' trigger; the largest N each engine keeps up with"
+	@echo "                       -> fleet-results.json; FLEET_ARGS='--sessions 250,500 --minutes 2' to narrow"
 	@echo "make bench-core        micro-benchmarks of the core and of the per-group path (no JVM)"
 	@echo "make up | down | status  the local Kafka broker (127.0.0.1:9092) and S3 endpoint (:9000)"
 	@echo "make smoke             the stack smoke pipeline (Kafka -> Spark -> Delta on S3A) alone"
@@ -65,6 +69,10 @@ test-slow: jars
 bench: jars
 	@$(STACK) up
 	@rc=0; $(VPY) -m tests.benchmarks.pipeline_bench $(BENCH_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+
+bench-fleet: jars
+	@$(STACK) up
+	@rc=0; $(VPY) -m tests.benchmarks.fleet_bench $(FLEET_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 bench-core: venv
 	@$(VPY) -m tests.benchmarks.core_bench

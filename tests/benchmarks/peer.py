@@ -6,6 +6,10 @@ checks (key = session, no gap, no duplicate, snapshot first, same partition, not
 unknown-row delete) to plain dicts, and appends the same ``row_changes`` rows to a Delta table with
 delta-rs (``deltalake.write_deltalake``, partitioned by ``hour``), a write every ``flush_rows`` rows.
 It is the honest single-process baseline: straightforward per-message Python code.
+
+``run_peer_continuous`` is the same peer as a live consumer: it applies records as they arrive and
+writes what it has every ``interval`` seconds, logging each write as one JSON line (the fleet
+capacity benchmark reads it as the peer's batches).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import threading
+import time
 from collections import defaultdict
 
 import pyarrow as pa
@@ -150,3 +156,54 @@ def run_peer(bootstrap: str, pattern: str, output: str, schema: RowSchema, flush
         write_deltalake(output, core.take(), mode="append", partition_by=["hour"])
     consumer.close()
     return {"messages": messages, "updates": updates, "row_changes": core.rows_out}
+
+
+def run_peer_continuous(bootstrap: str, pattern: str, output: str, schema: RowSchema, interval: float,
+                        log_path: str, stop: threading.Event, group: str = "peer") -> dict:
+    """Consume the matching topics (as they are at the start) from the beginning until ``stop`` is
+    set; every ``interval`` seconds append what was rebuilt to the Delta table and log the write:
+    ``{"batch", "started", "committed", "duration", "end_offsets": {topic: {partition: next}},
+    "messages", "rows"}`` (times as Unix seconds; ``duration`` is the busy time since the last write:
+    applying records plus writing).  Returns counters."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    regex = re.compile(f"^(?:{pattern})$")
+    meta = consumer.list_topics(timeout=10).topics
+    consumer.assign([TopicPartition(t, p, 0) for t in meta if regex.match(t) for p in meta[t].partitions])
+    core = DictReconstructor(schema)
+    next_offsets: dict[str, dict[str, int]] = defaultdict(dict)
+    messages = updates = batch = since_write = 0
+    busy = 0.0
+    next_write = time.time() + interval
+    with open(log_path, "a", encoding="utf-8") as log:
+        while not stop.is_set():
+            records = consumer.consume(num_messages=10_000, timeout=min(0.5, max(0.0, next_write - time.time())))
+            began = time.perf_counter()
+            for msg in records:
+                if msg.error():
+                    raise RuntimeError(msg.error())
+                kind = core.apply(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                  msg.timestamp()[1])
+                next_offsets[msg.topic()][str(msg.partition())] = msg.offset() + 1
+                messages += 1
+                since_write += 1
+                updates += kind == "update"
+            busy += time.perf_counter() - began
+            now = time.time()
+            if now < next_write:
+                continue
+            began = time.perf_counter()
+            rows = len(core.out.get("topic", ()))
+            if rows:
+                write_deltalake(output, core.take(), mode="append", partition_by=["hour"])
+            busy += time.perf_counter() - began
+            committed = time.time()
+            log.write(json.dumps({"batch": batch, "started": committed - busy, "committed": committed,
+                                  "duration": busy, "end_offsets": next_offsets, "messages": since_write,
+                                  "rows": rows}) + "\n")
+            log.flush()
+            batch, since_write, busy = batch + 1, 0, 0.0
+            while next_write <= now:  # a write that overran waits for the next boundary
+                next_write += interval
+    consumer.close()
+    return {"messages": messages, "updates": updates, "row_changes": core.rows_out, "writes": batch}
