@@ -319,10 +319,11 @@ def floor(spark, args, work: Path) -> dict:
     max_offsets = 2 * args.floor_sessions
     print(f"floor: {args.floor_sessions:,} sessions x {args.floor_rows} rows, then {args.floor_batches} batches of "
           f"2 updates per session ({len(messages):,} messages, published in {publish_s:.1f}s)", flush=True)
-    batch_ms: dict[str, list[float]] = {v: [] for v in FLOOR_VARIANTS}
+    variants = args.floor_variants
+    batch_ms: dict[str, list[float]] = {v: [] for v in variants}
     timings = []
     for i in range(args.warmup + args.repeat):
-        for name in FLOOR_VARIANTS:
+        for name in variants:
             progress, sink_timings = _floor_variant(spark, name, pattern, work / f"{name}-{i}", max_offsets)
             # The first batch loads the snapshots; the update batches are the live fleet.
             updates = [p for p in progress if p["numInputRows"] > 0][1:]
@@ -334,6 +335,8 @@ def floor(spark, args, work: Path) -> dict:
             shown = ", ".join(f"{p['durationMs']['triggerExecution']:,}" for p in updates)
             print(f"  {name}: update batches {shown} ms", flush=True)
     per_group = {name: statistics.median(ms) / args.floor_sessions for name, ms in batch_ms.items()}
+    if set(variants) != set(FLOOR_VARIANTS):  # a partial run (for a profiler, say): its batches only
+        return {"sessions": args.floor_sessions, "batch_ms": batch_ms, "ms_per_group": per_group}
     recon_root = work / f"reconstructor-{args.warmup + args.repeat - 1}" / "out"
     delta = _delta_floor(spark, recon_root, work / "delta-floor", args.repeat + 1)
     writes = {"compute_s": statistics.median(t.compute for t in timings),
@@ -455,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor-sessions", type=int, default=1000, help="floor: sessions in every batch")
     p.add_argument("--floor-rows", type=int, default=50, help="floor: rows in each session's table")
     p.add_argument("--floor-batches", type=int, default=4, help="floor: measured batches per run")
+    p.add_argument("--floor-variants", type=lambda s: s.split(","), default=list(FLOOR_VARIANTS),
+                   help=f"floor: which runs (default {','.join(FLOOR_VARIANTS)}; a subset prints its batches only)")
     p.add_argument("--shuffle-partitions", type=int, default=None)
     p.add_argument("--json", default="bench-results.json", help="where to write the figures")
     args = p.parse_args(argv)
@@ -477,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"reconstructor / peer = {t['ratio_reconstructor_to_peer']:.2f}\n", flush=True)
         if args.which in ("all", "floor"):
             out["floor"] = floor(spark, args, work / "floor")
-            _print_floor(out["floor"])
+            if "delta_floor" in out["floor"]:
+                _print_floor(out["floor"])
         if args.which in ("all", "scaling"):
             def save(partial):
                 Path(args.json).write_text(json.dumps({**out, "scaling": partial}, indent=2, default=str))
