@@ -28,6 +28,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,12 +48,33 @@ from tests.support.kafka import create_topics  # noqa: E402
 PARTITIONS = 2
 
 
-def _spark(shuffle_partitions: int | None):
-    from reconstructor.spark.engine import build_spark
+def _spark(shuffle_partitions: int | None, extra_jar: Path | None = None):
+    from reconstructor.spark.engine import build_spark, spark_jars
 
+    conf = {"spark.ui.enabled": "false", "spark.driver.memory": "6g"}
+    if extra_jar is not None:  # local mode: the driver's classpath is the executors'
+        conf["spark.driver.extraClassPath"] = f"{Path(spark_jars(localstack.jars_dir())).resolve()}/*:{extra_jar}"
     return build_spark("reconstructor-bench", jars_dir=localstack.jars_dir(),
-                       shuffle_partitions=shuffle_partitions,
-                       conf={"spark.ui.enabled": "false", "spark.driver.memory": "6g"})
+                       shuffle_partitions=shuffle_partitions, conf=conf)
+
+
+PROTOTYPE = Path(__file__).parent / "jvm" / "StateStepPrototype.java"
+
+
+def _jvm_prototype(work: Path) -> Path | None:
+    """The JVM state-step prototype compiled against pyspark's own jars (``javac`` from the JDK);
+    None, with a line, when there is no ``javac``."""
+    import pyspark
+
+    javac = shutil.which("javac")
+    if javac is None:
+        print("no javac on PATH: the floor runs without the jvm-prototype variant", flush=True)
+        return None
+    classes = work / "jvm-classes"
+    classes.mkdir(parents=True, exist_ok=True)
+    jars = Path(pyspark.__file__).parent / "jars"
+    subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", f"{jars}/*", str(PROTOTYPE)], check=True)
+    return classes
 
 
 def _progress(query) -> list[dict]:
@@ -210,6 +232,11 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     parsed = parse_records(raw, schema)
     if name == "projection":
         frame = parsed
+    elif name == "jvm-prototype":
+        from pyspark.sql import DataFrame
+
+        inputs = reconstruct_inputs(parsed, schema, with_values=False)
+        frame = DataFrame(spark._jvm.reconstructor.bench.StateStepPrototype.apply(inputs._jdf), spark)
     elif name == "jvm-aggregate":
         # A stateful operator with no Python: Spark's streaming aggregation keeps a row per group
         # in the same state store, so its cost per group is the engine's without pyspark.
@@ -231,7 +258,8 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     return _noop_run(spark, frame, root), {}
 
 
-FLOOR_VARIANTS = ("projection", "jvm-aggregate", "trivial", "trivial-wide", "stateful", "reconstructor")
+FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-prototype", "trivial", "trivial-wide", "stateful",
+                  "reconstructor")
 
 
 def _live_fleet(prefix: str, topics: list[str], sessions: int, rows: int, rounds: int) -> list[Planned]:
@@ -335,7 +363,7 @@ def floor(spark, args, work: Path) -> dict:
             shown = ", ".join(f"{p['durationMs']['triggerExecution']:,}" for p in updates)
             print(f"  {name}: update batches {shown} ms", flush=True)
     per_group = {name: statistics.median(ms) / args.floor_sessions for name, ms in batch_ms.items()}
-    if set(variants) != set(FLOOR_VARIANTS):  # a partial run (for a profiler, say): its batches only
+    if not set(FLOOR_VARIANTS) - {"jvm-prototype"} <= set(variants):  # a partial run (for a profiler, say): its batches only
         return {"sessions": args.floor_sessions, "batch_ms": batch_ms, "ms_per_group": per_group}
     recon_root = work / f"reconstructor-{args.warmup + args.repeat - 1}" / "out"
     delta = _delta_floor(spark, recon_root, work / "delta-floor", args.repeat + 1)
@@ -349,6 +377,8 @@ def floor(spark, args, work: Path) -> dict:
             "batch_ms": batch_ms, "ms_per_group": per_group,
             "ratio_stateful_to_trivial": per_group["stateful"] / per_group["trivial"],
             "ratio_stateful_to_trivial_wide": per_group["stateful"] / per_group["trivial-wide"],
+            "ratio_jvm_prototype_to_trivial": (per_group["jvm-prototype"] / per_group["trivial"]
+                                               if "jvm-prototype" in per_group else None),
             "ratio_reconstructor_to_trivial": per_group["reconstructor"] / per_group["trivial"],
             "reconstructor_phases": writes, "delta_floor": delta,
             "ratio_writes_to_delta_floor": writes["writes_s"] / delta["floor_s"]}
@@ -358,10 +388,12 @@ def _print_floor(f: dict) -> None:
     g, d, w = f["ms_per_group"], f["delta_floor"], f["reconstructor_phases"]
     print(f"\n{f['sessions']:,} sessions x 2 updates per batch, ms per group (median batch / sessions):")
     print("| run | ms per group |\n|---|---:|")
-    for name in FLOOR_VARIANTS:
-        print(f"| {name} | {g[name]:.2f} |")
+    for name, ms in g.items():
+        print(f"| {name} | {ms:.2f} |")
     print(f"stateful step / trivial applyInPandasWithState = {f['ratio_stateful_to_trivial']:.2f} "
           f"(/ the trivial function over the same input columns = {f['ratio_stateful_to_trivial_wide']:.2f})")
+    if f["ratio_jvm_prototype_to_trivial"] is not None:
+        print(f"JVM state-step prototype / trivial applyInPandasWithState = {f['ratio_jvm_prototype_to_trivial']:.2f}")
     print(f"reconstructor batch phases (median): compute {w['compute_s']:.2f}s, append {w['append_s']:.2f}s, "
           f"MERGEs side by side {w['merges_s']:.2f}s (current_rows {w['current_rows_s']:.2f}s, "
           f"sessions {w['sessions_s']:.2f}s)")
@@ -465,8 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     localstack.up()
-    spark = _spark(args.shuffle_partitions)
     work = Path(tempfile.mkdtemp(prefix="recon-bench-"))
+    prototype = _jvm_prototype(work) if args.which in ("all", "floor") else None
+    if prototype is None:
+        args.floor_variants = [v for v in args.floor_variants if v != "jvm-prototype"]
+    spark = _spark(args.shuffle_partitions, prototype)
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "spark": spark.version, "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions")},
            "started": dt.datetime.now(dt.timezone.utc).isoformat()}
