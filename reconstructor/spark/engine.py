@@ -109,6 +109,9 @@ def build_spark(
         # Delta rebuilds a table's snapshot state with this many tasks, several times per batch
         # (see ``_snapshot_partitions``); Delta's 50 is sized for big clusters.
         "spark.databricks.delta.snapshotPartitions": _snapshot_partitions(master),
+        # Delta's VACUUM lists a table's files in exactly this many tasks (Spark's default is
+        # 10,000, sized for discovering a huge table's partitions): see ``_listing_parallelism``.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": _listing_parallelism(master),
         # Each micro-batch is cached once and read a few times within seconds: compressing the
         # cache cost a third of the JVM's time in the stateful stage and saves nothing that matters.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
@@ -167,6 +170,20 @@ def _snapshot_partitions(master: str | None) -> str:
     if master is not None and master.startswith("local"):
         return "1"
     return str(_driver_cores())
+
+
+def _listing_parallelism(master: str | None) -> str:
+    """Tasks per file listing of Delta's VACUUM.
+
+    Delta 4.4 repartitions its listing to Spark's partition-discovery parallelism whatever the
+    table's size: 10,000 tasks per listing, tens of thousands per VACUUM, which the in-stream
+    compactor runs at a run's start, so a scheduled run's first batches waited minutes for the
+    cores.  Locally two tasks per core list the tables' hour directories well; a cluster keeps
+    more for a long-lived table's thousands of hours (set ``[spark]`` to change either).
+    """
+    if master is not None and (master.startswith("local") or _loopback_master(master)):
+        return str(2 * _driver_cores())
+    return "200"
 
 
 def _default_shuffle_partitions() -> int:

@@ -206,3 +206,25 @@ def test_a_short_vacuum_retention_leaves_the_streams_session_checking_retention(
     assert len(parquet()) == 2 and parquet() < files_before
     # ... and the session the stream writes with still refuses one.
     assert spark.conf.get(key, None) == before and before != "false"
+
+
+def test_a_vacuum_lists_a_small_table_with_a_few_tasks_not_thousands(spark, tmp_path):
+    # Delta's VACUUM lists the table's files with Spark's partition-discovery parallelism
+    # (10,000 tasks by default): in a streaming driver that is minutes of tiny tasks competing
+    # with the batches for the same cores, for a table of a few files.
+    out = str(tmp_path / "out")
+    _closed_hours_table(spark, out, hours=2)
+    compactor = Compactor(spark, out, grace_s=0, min_files=1)
+    tracker = spark.sparkContext.statusTracker()
+    group = f"vacuum-{tmp_path.name}"
+    spark.sparkContext.setJobGroup(group, "vacuum under test")
+    try:
+        assert compactor.vacuum(names=("row_changes",)) == ["row_changes"]
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    stages = [s for job in tracker.getJobIdsForGroup(group)
+              for s in (tracker.getJobInfo(job).stageIds if tracker.getJobInfo(job) else [])]
+    tasks = [tracker.getStageInfo(s).numTasks for s in stages if tracker.getStageInfo(s) is not None]
+    assert tasks, "the VACUUM ran no Spark job"
+    # Each of its many small jobs in a few tasks per core (4 shuffle partitions here).
+    assert max(tasks) <= 4 * spark.sparkContext.defaultParallelism, f"{sum(tasks)} tasks in {len(tasks)} stages"
