@@ -132,6 +132,22 @@ def compact_live_tables(spark: SparkSession, output: str, min_files: int = 16) -
             DeltaTable.forPath(spark, path).optimize().executeCompaction()
 
 
+# A compaction that meets a concurrent commit is retried this many times, this long apart.
+CONFLICT_RETRIES = 3
+CONFLICT_WAIT_S = 1.0
+# Delta's error classes for a transaction that lost to a concurrent commit: retrying is its advice.
+_CONFLICTS = ("DELTA_CONCURRENT", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED", "ConcurrentModification")
+
+
+def is_write_conflict(error: BaseException) -> bool:
+    """Whether ``error`` is Delta's optimistic-concurrency conflict (safe to retry at once)."""
+    return any(name in str(error) for name in _CONFLICTS)
+
+
+def error_head(error: BaseException) -> str:
+    return str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+
+
 class BackgroundCompactor:
     """Runs ``Compactor.run`` in a daemon thread of the streaming driver: once at its start, then
     every ``every_s`` (a scheduled available-now run shorter than the interval still compacts the
@@ -169,13 +185,27 @@ class BackgroundCompactor:
         while not self._stop.is_set():
             self._running.set()
             try:
-                self._run_once()
+                self.run_once()
             finally:
                 self._running.clear()
             if self._stop.wait(self.every_s):
                 return
 
-    def _run_once(self) -> None:
+    def run_once(self) -> None:
+        """One compaction run (as the loop makes them): a Delta write conflict is retried at once."""
+        for attempt in range(CONFLICT_RETRIES + 1):
+            error = self._attempt()
+            if error is None:
+                return
+            if attempt == CONFLICT_RETRIES or not is_write_conflict(error) or self._stop.wait(CONFLICT_WAIT_S):
+                break
+            # The stream committed to the same table meanwhile (its first batch records its writer
+            # on every table's properties): Delta asks for a retry, which finds the work left.
+            log.info("compaction met a concurrent commit, retrying: %s", error_head(error))
+        log.warning("compaction failed, will retry: %s", error_head(error))
+
+    def _attempt(self) -> Exception | None:
+        """One compaction run; its failure, if any (a failed compaction is never fatal)."""
         started = time.time()
         try:
             self.last_report = self.compactor.run(vacuum=self.vacuum)
@@ -184,5 +214,6 @@ class BackgroundCompactor:
             self.windows.append((started, time.time()))
             for line in self.last_report.lines():
                 log.info("compaction: %s", line)
-        except Exception as exc:  # a failed compaction is retried next time, never fatal
-            log.warning("compaction failed, will retry: %s", str(exc).splitlines()[0][:300])
+        except Exception as exc:  # noqa: BLE001 - retried now (a conflict) or next time
+            return exc
+        return None
