@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from reconstructor import validate
 from reconstructor.config import Config
 from reconstructor.core.state import SessionStatus
+from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings
 from reconstructor.output import SESSIONS, table_path
@@ -24,18 +25,20 @@ from reconstructor.output import SESSIONS, table_path
 def offsets_for_timestamp(cfg: Config, ts: str) -> str:
     """Per partition of the matching topics, the first offset at or after ``ts`` (RFC 3339)."""
     try:
-        when = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--from-timestamp {ts!r} is not an RFC 3339 timestamp") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    parts = [TopicPartition(t, p, int(when.timestamp() * 1000))
+        when = parse_rfc3339(ts)
+    except ValueError as exc:
+        raise UsageError(f"--from-timestamp {exc}") from None
+    # Kafka's timestamps are milliseconds: the first at or after ``ts`` (a time inside a millisecond
+    # starts at the next one).
+    ms = -(-(when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1))
+    parts = [TopicPartition(t, p, ms)
              for t, ps in partitions(cfg).items() for p in ps]
     if not parts:
         raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
     consumer = client_or_usage_error(Consumer, {
         **librdkafka_settings(cfg.kafka), "bootstrap.servers": cfg.bootstrap_servers,
-        "group.id": "reconstructor-replay", "enable.auto.commit": False})
+        "group.id": "reconstructor-replay", "enable.auto.commit": False,
+        "isolation.level": "read_committed"})
     try:
         found = consumer.offsets_for_times(parts, timeout=10)
     finally:

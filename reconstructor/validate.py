@@ -86,6 +86,17 @@ def local_output_writable(path: str, flag: str = "--output") -> None:
         raise UsageError(f"{flag} {path} is not writable: {exc.strerror or exc}") from None
 
 
+def kafka_options(options: dict[str, str]) -> None:
+    """The ``[kafka]`` table leaves the consumer settings the contract fixes alone."""
+    from reconstructor.spark.source import CONSUMER_FIXED, fixed_setting_overridden
+
+    key = fixed_setting_overridden(options)
+    if key is not None:
+        name = key.removeprefix("kafka.")
+        raise UsageError(f"[kafka] {key} cannot be changed: the reconstructor reads only committed "
+                         f"records ({name} = {CONSUMER_FIXED[name]})")
+
+
 def broker_reachable(bootstrap: str, kafka_options: dict[str, str], timeout_s: float = 10.0) -> None:
     """Ask the broker for metadata before Spark starts (skipped when SASL/SSL is configured)."""
     if any(k.startswith(("security", "sasl", "ssl")) for k in kafka_options):

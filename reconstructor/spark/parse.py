@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.core.frames import VALUE
 from reconstructor.schema import RowSchema
+from reconstructor.spark.timestamps import rfc3339_timestamp
 
 ENVELOPE_FIELDS = ("session", "seq", "type", "ts", "rows")
 ROW_FIELDS = ("id", "op", "values")
@@ -75,15 +76,15 @@ def _get(var: str, path: str, ddl: str) -> Column:
     ``variant_get`` casts a value whose stored type differs from the target (a small integer
     stored as TINYINT read as BIGINT, a decimal read as DOUBLE, a string read as TIMESTAMP) by
     constructing a ``Cast`` expression per value, which reads the SQL conf each time.  Strings and
-    booleans are read as stored; timestamps are read as strings and numbers as their JSON text,
-    then cast by Spark's compiled casts.  Values of the
+    booleans are read as stored; timestamps are read as strings (``rfc3339_timestamp``) and numbers
+    as their JSON text, then cast by Spark's compiled casts.  Values of the
     wrong JSON type become null here and are reported by the type checks.
     """
     ddl = ddl.lower()
     if ddl in ("string", "boolean"):
         return F.expr(f"try_variant_get({var}, '{path}', '{ddl}')")
     if ddl == "timestamp":
-        return F.expr(f"try_cast(try_variant_get({var}, '{path}', 'string') AS TIMESTAMP)")
+        return F.expr(rfc3339_timestamp(f"try_variant_get({var}, '{path}', 'string')"))
     return F.expr(f"try_cast(to_json(variant_get({var}, '{path}')) AS {ddl})")
 
 
@@ -100,7 +101,7 @@ def _fast_or_checked(fast: str, checked: str | Column, name: str | None = None) 
 
 def _typed_value(col) -> str:
     value = _typed_row_value(col.name)
-    return f"try_cast({value} AS TIMESTAMP)" if col.type == "timestamp" else value
+    return rfc3339_timestamp(value) if col.type == "timestamp" else value
 
 
 def _typed_row_value(name: str) -> str:
@@ -254,7 +255,7 @@ def _vouched(schema: RowSchema) -> Column:
     typed_ok = F.expr(
         "typed_message.session <> '' AND typed_message.seq >= 0 "
         "AND typed_message.type IN ('snapshot', 'update', 'end') "
-        f"AND {_in_range('try_cast(typed_message.ts AS TIMESTAMP)')} "
+        f"AND {_in_range(rfc3339_timestamp('typed_message.ts'))} "
         "AND NOT (typed_message.type = 'end' AND size(typed_message.rows) > 0)")
     return F.coalesce(shape_ok & typed_ok, F.lit(False))
 
@@ -350,7 +351,7 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
                      _fast_or_checked("typed_message.session", "session"),
                      _fast_or_checked("typed_message.seq", "seq"),
                      _fast_or_checked("typed_message.type", "type"),
-                     _fast_or_checked("try_cast(typed_message.ts AS TIMESTAMP)", "event_ts"),
+                     _fast_or_checked(rfc3339_timestamp("typed_message.ts"), "event_ts"),
                      F.when(~F.col("msg_ok"), env_error).alias("env_error"),
                      F.posexplode_outer(F.arrays_zip("row_variants", "typed_rows")).alias("row_pos", "row_pair"))
     env = env.select("*", F.col("row_pair.row_variants").alias("row_variant"),
@@ -396,15 +397,22 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
                                                     _interpreted(_first_row_error(reasons, conditions))))
     vouched = F.when(F.col("row_pos").isNotNull(), _vouched_row_error(schema))
     error = F.when(F.col("msg_ok"), vouched).otherwise(checked)
+    # A producer's CreateTime (or a broker's LogAppendTime) past 2262 is valid Kafka but no time the
+    # tables carry: the record is malformed, and its time never reaches pandas.
     record_error = F.when(F.col("bad_key"), F.lit("Kafka key is not valid UTF-8")).when(
-        F.col("bad_value"), F.lit("Kafka value is not valid UTF-8"))
+        F.col("bad_value"), F.lit("Kafka value is not valid UTF-8")).when(
+        F.expr(f"NOT {_in_range('kafka_ts')}"),
+        F.expr(f"concat('Kafka timestamp ', unix_millis(kafka_ts), ' ms is outside the supported range "
+               f"{TS_RANGE_TEXT}')"))
     # A time outside the range is nulled beside its error, so that no conversion ever sees it.
     return rows.select(
         "topic",
         # Null when the record names no session (no session and no key): the violation then says
         # session=none rather than an empty name.
         F.expr("coalesce(nullif(session, ''), nullif(key, ''))").alias("group_session"),
-        "partition", "offset", "kafka_ts", "key", "session", "seq", "type",
+        "partition", "offset",
+        F.expr(f"CASE WHEN {_in_range('kafka_ts')} THEN kafka_ts END").alias("kafka_ts"),
+        "key", "session", "seq", "type",
         F.expr(f"CASE WHEN {_in_range('event_ts')} THEN event_ts END").alias("event_ts"),
         "row_pos", "row_id",
         F.coalesce("op_raw", F.lit("upsert")).alias("op"),

@@ -28,6 +28,20 @@ def anchored(pattern: str) -> str:
 # waits with it, once per partition per batch.  10 ms only costs more fetch requests while there is
 # nothing to read.
 CONSUMER_DEFAULTS = {"fetch.max.wait.ms": "10"}
+# Settings no ``[kafka]`` table may change.  Only committed records are data: a transactional
+# producer's aborted records are never read (so never applied, never a violation), and the stream
+# ends each batch at the last stable offset.  The offsets a transaction's markers and aborted
+# records occupy are simply never seen, which the seq checks never relied on.
+CONSUMER_FIXED = {"isolation.level": "read_committed"}
+
+
+def fixed_setting_overridden(kafka_options: Mapping[str, str]) -> str | None:
+    """The ``[kafka]`` key that would change a fixed consumer setting, else None."""
+    for key, value in kafka_options.items():
+        name = key.removeprefix("kafka.")
+        if name in CONSUMER_FIXED and str(value) != CONSUMER_FIXED[name]:
+            return key
+    return None
 
 
 def kafka_stream(
@@ -43,7 +57,7 @@ def kafka_stream(
 
     ``failOnDataLoss`` stays true: a deleted or compacted-away offset is a loss of integrity.
     ``kafka_options`` are passed through as ``kafka.<name>`` (SASL/SSL settings, for instance)
-    and win over the defaults in ``CONSUMER_DEFAULTS``.
+    and win over the defaults in ``CONSUMER_DEFAULTS``, never over ``CONSUMER_FIXED``.
     """
     reader = (
         spark.readStream.format("kafka")
@@ -55,6 +69,8 @@ def kafka_stream(
     )
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    for key, value in {**CONSUMER_DEFAULTS, **(kafka_options or {})}.items():
-        reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
+    options = {**CONSUMER_DEFAULTS, **{k.removeprefix("kafka."): v for k, v in (kafka_options or {}).items()},
+               **CONSUMER_FIXED}
+    for key, value in options.items():
+        reader = reader.option(f"kafka.{key}", value)
     return reader.load()

@@ -164,6 +164,11 @@ def test_verify_and_asof_have_help_with_examples():
     (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--seq", "x"], "invalid int value"),
     (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--at", "yesterday"],
      "--at 'yesterday' is not an RFC 3339 timestamp"),
+    # A time of day alone, or a date-time without its offset, names no instant.
+    (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--at", "10:30:00"],
+     "--at '10:30:00' is not an RFC 3339 timestamp"),
+    (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--at", "2026-11-20T10:30:00"],
+     "--at '2026-11-20T10:30:00' is not an RFC 3339 timestamp"),
     (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--seq", "1", "--format", "xml"],
      "invalid choice: 'xml'"),
 ])
@@ -181,3 +186,18 @@ def test_verify_and_asof_bad_usage_exits_2_with_one_line(tmp_path, monkeypatch, 
 def test_verify_of_an_output_with_no_tables_exits_1_naming_the_table(tmp_path, capsys):
     code, lines = _main(capsys, "verify", "--output", str(tmp_path / "empty"))
     assert code == 1 and lines == [f"reconstructor: no Delta table sessions under {tmp_path / 'empty'}"]
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_a_kafka_table_cannot_read_uncommitted_records(tmp_path, capsys, command):
+    """Aborted transactions are never data: ``[kafka] isolation.level`` is the contract's, not a
+    setting."""
+    config = tmp_path / "recon.toml"
+    config.write_text('[kafka]\n"isolation.level" = "read_uncommitted"\n')
+    args = ["--bootstrap-servers", "127.0.0.1:1", "--topic-pattern", "sensor-.*", "--output",
+            str(tmp_path / "out"), "--config", str(config)]
+    args += ["--checkpoint", str(tmp_path / "chk")] + (["--from", '{"sensor-1": {"0": -2}}'] if command == "replay" else [])
+    code, lines = _main(capsys, command, *args)
+    assert code == 2, lines
+    assert lines == ["reconstructor: [kafka] isolation.level cannot be changed: the reconstructor reads "
+                     "only committed records (isolation.level = read_committed)"], lines

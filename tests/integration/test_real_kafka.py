@@ -1,0 +1,168 @@
+"""What production producers write, on the real broker: transactions with aborts, every RFC 3339
+form of a time, and a CreateTime past what the tables hold.
+
+Each query runs in this process on the shared SparkSession (the process boundary is not what these
+test): Spark's own Kafka source, the stateful step and delta-spark, as ``reconstructor run``
+wires them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from reconstructor.errors import IntegrityViolationError
+from tests.support.pipeline import read_table, run
+
+pytestmark = pytest.mark.integration
+TS = "2026-11-20T08:00:00Z"
+RANGE = "is outside the supported range 1677-09-22T00:00:00Z..2262-04-11T00:00:00Z"
+PAST_2262_MS = 10**13  # 2286-11-20T17:46:40Z
+
+
+def _topic(bootstrap: str, name: str, partitions: int = 1, **config) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)])
+    for fut in futures.values():
+        fut.result(30)
+    return name
+
+
+def _value(session: str, seq: int, type_: str, rows=(), ts: str = TS) -> bytes:
+    return json.dumps({"session": session, "seq": seq, "type": type_, "ts": ts, "rows": list(rows)}).encode()
+
+
+def _row(row_id: str, **values) -> dict:
+    return {"id": row_id, "values": values}
+
+
+def _changes(spark, out: str) -> list[tuple]:
+    rows = read_table(spark, out, "row_changes").orderBy("session", "seq", "row_pos").collect()
+    return [(r.session, r.seq, r.row_id, r.status) for r in rows]
+
+
+def test_only_committed_records_are_read_and_aborted_ones_are_neither_data_nor_gaps(
+        stack, spark, run_id, tmp_path):
+    """A transactional producer commits a snapshot, aborts three updates, sends them again
+    committed, then aborts one more that it never sends again; a plain producer's session shares the
+    partition.  Every committed update applies once, no aborted one ever does, and the offsets the
+    aborted records and the markers take are not gaps."""
+    bootstrap = stack.bootstrap_servers()
+    topic = _topic(bootstrap, f"tx{run_id}-sensor-0")
+    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{run_id}"})
+    tx.init_transactions(30)
+
+    def transaction(records, commit: bool):
+        tx.begin_transaction()
+        for session, value in records:
+            tx.produce(topic, key=session.encode(), value=value, partition=0)
+        assert tx.flush(30) == 0  # in the log before the abort: an abort purges what is unsent
+        (tx.commit_transaction if commit else tx.abort_transaction)(30)
+
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    transaction([("s", _value("s", 0, "snapshot", [_row("a", status="snap")]))], commit=True)
+    plain.produce(topic, key=b"p", value=_value("p", 0, "snapshot", [_row("a", status="plain")]), partition=0)
+    assert plain.flush(30) == 0
+    updates = [("s", _value("s", seq, "update", [_row("a", status=f"aborted-{seq}")])) for seq in (1, 2, 3)]
+    transaction(updates, commit=False)
+    transaction([("s", _value("s", seq, "update", [_row("a", status=f"committed-{seq}")])) for seq in (1, 2, 3)],
+                commit=True)
+    plain.produce(topic, key=b"p", value=_value("p", 1, "update", [_row("a", status="plain-1")]), partition=0)
+    assert plain.flush(30) == 0
+    transaction([("s", _value("s", 4, "update", [_row("a", status="never")]))], commit=False)
+
+    out = str(tmp_path / "out")
+    run(spark, topic, out, str(tmp_path / "chk"))
+    assert _changes(spark, out) == [
+        ("p", 0, "a", "plain"), ("p", 1, "a", "plain-1"),
+        ("s", 0, "a", "snap"), ("s", 1, "a", "committed-1"), ("s", 2, "a", "committed-2"),
+        ("s", 3, "a", "committed-3")]
+    current = {(r.session, r.status, r.seq) for r in read_table(spark, out, "current_rows").collect()}
+    assert current == {("p", "plain-1", 1), ("s", "committed-3", 3)}
+
+    # The session goes on with seq 4, committed, after the aborted one: no gap, no duplicate.
+    transaction([("s", _value("s", 4, "update", [_row("a", status="committed-4")]))], commit=True)
+    run(spark, topic, out, str(tmp_path / "chk"))
+    assert _changes(spark, out)[-1] == ("s", 4, "a", "committed-4")
+    (session,) = read_table(spark, out, "sessions").where("session = 's'").collect()
+    assert (session.status, session.last_seq) == ("open", 4)
+
+
+def _produce(bootstrap: str, topic: str, records) -> None:
+    """(key, value, CreateTime ms or None) to partition 0, in this order."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    errors = []
+    for key, value, ts_ms in records:
+        producer.produce(topic, key=key.encode(), value=value, partition=0,
+                         on_delivery=lambda err, _msg: err is not None and errors.append(err),
+                         **({"timestamp": ts_ms} if ts_ms is not None else {}))
+    assert producer.flush(30) == 0 and not errors, errors
+
+
+def _future_topic(bootstrap: str, name: str) -> str:
+    """A topic that takes any CreateTime, as brokers did by default before Kafka 4.0."""
+    return _topic(bootstrap, name, **{"message.timestamp.after.max.ms": str(2**63 - 1)})
+
+
+def test_a_create_time_past_2262_is_malformed_naming_the_record_and_nothing_of_its_batch_is_written(
+        stack, spark, run_id, tmp_path):
+    bootstrap = stack.bootstrap_servers()
+    topic = _future_topic(bootstrap, f"future{run_id}-sensor-0")
+    _produce(bootstrap, topic, [("s", _value("s", 0, "snapshot", [_row("a", status="x")]), None),
+                                ("s", _value("s", 1, "update", [_row("a", status="y")]), PAST_2262_MS)])
+    out = str(tmp_path / "out")
+    with pytest.raises(IntegrityViolationError) as stopped:
+        run(spark, topic, out, str(tmp_path / "chk"))
+    v = stopped.value.violation
+    assert (v.kind.value, v.topic, v.partition, v.offset, v.session, v.found_seq) == (
+        "MALFORMED", topic, 0, 1, "s", 1)
+    assert v.detail == f"Kafka timestamp {PAST_2262_MS} ms {RANGE}"
+    assert read_table(spark, out, "row_changes").count() == 0
+
+
+def test_every_rfc3339_form_is_its_instant_and_other_times_are_set_aside_in_quarantine(
+        stack, spark, run_id, tmp_path):
+    """One quarantine run: times in every RFC 3339 form apply exactly (``ts`` and a timestamp
+    column); a time of day alone, a date-time without an offset and a CreateTime past 2262 each set
+    their own session aside with a MALFORMED row, and the rest of the fleet is exact."""
+    bootstrap = stack.bootstrap_servers()
+    topic = _future_topic(bootstrap, f"forms{run_id}-sensor-0")
+    ok = _value("ok", 0, "snapshot", [_row("a", status="x")])
+    _produce(bootstrap, topic, [
+        ("forms", _value("forms", 0, "snapshot", [_row("a", calibrated_at="2026-11-20T13:30:00.5+05:30")],
+                         ts="2026-11-20t08:00:00.123456789z"), None),
+        ("forms", _value("forms", 1, "update", [_row("a", calibrated_at="2016-12-31T23:59:60Z")],
+                         ts="2026-11-20T05:00:00.1-03:00"), None),
+        ("clock", _value("clock", 0, "snapshot", [_row("a", status="x")]), None),
+        ("clock", _value("clock", 1, "update", [_row("a", status="y")], ts="10:30:00"), None),
+        ("local", _value("local", 0, "snapshot", [_row("a", status="x")]), None),
+        ("local", _value("local", 1, "update", [_row("a", calibrated_at="2026-11-20T10:30:00")]), None),
+        ("future", _value("future", 0, "snapshot", [_row("a", status="x")]), None),
+        ("future", _value("future", 1, "update", [_row("a", status="y")]), PAST_2262_MS),
+        ("ok", ok, None),
+        ("ok", _value("ok", 1, "update", [_row("a", status="z")]), None),
+    ])
+    out = str(tmp_path / "out")
+    run(spark, topic, out, str(tmp_path / "chk"), on_violation="quarantine")
+
+    changes = read_table(spark, out, "row_changes").where("session = 'forms'").orderBy("seq").collect()
+    assert [(r.seq, r.event_ts, r.calibrated_at) for r in changes] == [
+        (0, dt.datetime(2026, 11, 20, 8, 0, 0, 123456), dt.datetime(2026, 11, 20, 8, 0, 0, 500000)),
+        (1, dt.datetime(2026, 11, 20, 8, 0, 0, 100000), dt.datetime(2017, 1, 1, 0, 0, 0)),
+    ]
+    violations = {r.session: (r.kind, r.offset, r.found_seq, r.detail)
+                  for r in read_table(spark, out, "violations").collect()}
+    assert violations == {
+        "clock": ("MALFORMED", 3, 1, "ts must be an RFC 3339 timestamp string"),
+        "local": ("MALFORMED", 5, 1, 'rows[0].values.calibrated_at expects timestamp, got STRING "2026-11-20T10:30:00"'),
+        "future": ("MALFORMED", 7, 1, f"Kafka timestamp {PAST_2262_MS} ms {RANGE}"),
+    }
+    status = {r.session: r.status for r in read_table(spark, out, "sessions").collect()}
+    assert status == {"forms": "open", "ok": "open", "clock": "quarantined", "local": "quarantined",
+                      "future": "quarantined"}
+    current = {(r.session, r.status) for r in read_table(spark, out, "current_rows").collect()}
+    assert current == {("forms", None), ("ok", "z")}
