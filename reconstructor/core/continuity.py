@@ -109,12 +109,24 @@ def malformed(df) -> np.ndarray:
     return pd.notna(df["error"].to_numpy()) | pd.isna(key) | (key != df["session"].to_numpy())
 
 
+def home_partition(df: pd.DataFrame) -> int:
+    """A new session's partition: the one holding its lowest seq (the lower number on a tie, or
+    when no record has a seq).  A session whose records sit on two partitions of one micro-batch
+    is then ``PARTITION_MOVED`` at the first record on the other one, whichever number is lower."""
+    seqs = df["seq"]
+    known = seqs.notna().to_numpy()
+    if not known.any():
+        return int(df["partition"].min())
+    pairs = zip(seqs[known].tolist(), df["partition"][known].tolist())  # Python ints: exact seqs
+    return int(min(pairs)[1])
+
+
 def kafka_order(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFrame, pd.Series]:
     """One row per message in Kafka order (the session's partition first, then by offset), and
     per message why it is malformed (null when it is not): its first bad row's parse error, or
     its Kafka key that is missing or not its session."""
     bad = malformed(df)
-    ref = state.partition if state is not None else int(df["partition"].min())
+    ref = state.partition if state is not None else home_partition(df)
     msgs = (df.assign(_elsewhere=df["partition"].to_numpy() != ref)
               .sort_values(["_elsewhere", "partition", "offset", "row_pos"], kind="stable")
               .drop_duplicates(["partition", "offset"])

@@ -74,8 +74,10 @@ class Model:
     changes: list[tuple] = field(default_factory=list)  # (seq, row_id, op, values)
 
     def apply_batch(self, batch: list[Msg]) -> None:
-        """One record at a time in Kafka order: the session's partition first, by offset."""
-        ref = self.partition if self.partition is not None else min(m.partition for m in batch)
+        """One record at a time in Kafka order: the session's partition first (a new session's is
+        the one holding its lowest seq), by offset."""
+        ref = self.partition if self.partition is not None else min(
+            (m.seq is None, m.seq or 0, m.partition) for m in batch)[2]
         for m in sorted(batch, key=lambda m: (m.partition != ref, m.partition, m.offset)):
             self.apply(m)
 

@@ -118,3 +118,28 @@ def test_a_violation_prints_on_one_line_with_control_characters_escaped_and_trav
     assert IntegrityViolation.from_json(v.to_json()) == v
     big = IntegrityViolation(ViolationKind.DUPLICATE, "t", 0, 1, "s", 2**63, 2**63 - 1)
     assert IntegrityViolation.from_json(big.to_json()).expected_seq == 2**63
+
+
+def _moved(to_partition: int, from_partition: int):
+    """A session on ``from_partition`` (seq 0..2) whose seq 3 and 4 show up on ``to_partition``."""
+    home = [Msg(0, "snapshot", partition=from_partition, offset=0, rows=[{"id": "a", "values": {"status": "x"}}])]
+    home += [Msg(s, "update", partition=from_partition, offset=s, rows=[{"id": "a", "values": {"status": str(s)}}])
+             for s in (1, 2)]
+    moved = [Msg(s, "update", partition=to_partition, offset=2 + s, rows=[{"id": "a", "values": {"status": str(s)}}])
+             for s in (3, 4)]
+    return home, moved
+
+
+def test_a_session_on_two_partitions_in_one_batch_is_partition_moved_whichever_number_is_lower():
+    """The session's partition is the one holding its lowest seq; the first record on the other is
+    the verdict, in one batch as across two."""
+    for home_partition, other in ((0, 1), (1, 0)):
+        home, moved = _moved(other, home_partition)
+        expected = (ViolationKind.PARTITION_MOVED, other, 5, 3, 3)
+        for batches in ([home + moved], [moved + home], [home, moved]):
+            _, _, violation = run_core(batches)
+            assert verdict(violation) == expected, (home_partition, batches)
+            assert f"was on sensor-1[{home_partition}] and shows up on sensor-1[{other}]" in violation.detail
+        # The moved records alone, in a batch before any of the session's own: no snapshot yet.
+        _, _, violation = run_core([moved, home])
+        assert verdict(violation) == (ViolationKind.NO_SNAPSHOT, other, 5, None, 3)
