@@ -62,10 +62,13 @@ class ChangeFold:
     def __init__(self, names: list[str]):
         self.names = list(names)
         self._rows: dict[tuple[str, str], dict[str, LastChange]] = defaultdict(dict)
+        self._types: dict[str, pa.DataType] = {}  # each column's type, as the change log holds it
 
     def add(self, batch) -> None:
         """Fold a batch of ``row_changes`` rows (Arrow or pandas) in."""
         batch = as_arrow(batch)
+        for name in self.names:
+            self._types.setdefault(name, batch.schema.field(name).type)
         if not batch.num_rows:
             return
         keys = batch.select(["topic", "session", "row_id", "offset", "row_pos"]).to_pandas()
@@ -100,9 +103,16 @@ class ChangeFold:
         """The session's table as pandas indexed by ``row_id`` (sorted), as ``state`` prints one."""
         table = self.table(topic, session)
         ids = sorted(table)
-        frame = pd.DataFrame({n: [table[r][i] for r in ids] for i, n in enumerate(self.names)},
+        frame = pd.DataFrame({n: self._column(n, [table[r][i] for r in ids]) for i, n in enumerate(self.names)},
                              index=pd.Index(ids, name="row_id", dtype=object), columns=self.names)
         return frame
+
+    def _column(self, name: str, values: list):
+        """A column's values in the dtype ``state`` prints it in: a ``long`` as nullable ``Int64``,
+        exact beside a null (a list of ints and None would make float64, rounded past 2**53)."""
+        if pa.types.is_integer(self._types.get(name, pa.null())):
+            return pd.array(values, dtype="Int64")
+        return values
 
 
 def changes_up_to(batch, *, seq: int | None = None, at=None) -> pa.Table:

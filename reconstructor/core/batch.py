@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from reconstructor.core.continuity import check_continuity, malformed
-from reconstructor.core.frames import VALUE, change_rows
+from reconstructor.core.frames import VALUE, change_rows, exact_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.quarantine import (await_resync, quarantine, resyncs_at_once, rows_of, set_aside,
                                            unnamed_records)
@@ -57,7 +57,7 @@ def process_batch(
     policy: IntegrityPolicy = STRICT,
 ) -> BatchResult:
     """Check and apply one micro-batch of one session. Never raises for bad input: returns it."""
-    df = _gather(frames)
+    df = exact_longs(_gather(frames), schema)
     if df.empty:
         return BatchResult(columns_of(empty_changes(schema)), state)
     fast = apply_update_run(df, state, schema)
@@ -260,7 +260,10 @@ def _gather(frames) -> pd.DataFrame:
 
 
 def _has_null(s: pd.Series) -> bool:
-    """Whether ``s`` holds a null; a numpy int or bool column cannot, and is not scanned."""
+    """Whether ``s`` holds a null; a numpy int or bool column cannot, and is not scanned, and a
+    nullable one (``Int64``) says so by its mask."""
+    if isinstance(s.dtype, pd.api.extensions.ExtensionDtype):
+        return bool(s.array.isna().any())
     return s.dtype.kind not in "iub" and bool(s.isna().any())
 
 

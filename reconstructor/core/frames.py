@@ -14,6 +14,14 @@ from reconstructor.schema import RowSchema
 
 # One row per row of a message; a message without rows (an `end`, an empty snapshot) has one row
 # with a null row_pos.  `error` is the parse failure of the record, null when it parsed.
+#
+# The int columns are exact: numpy ints, or pandas' nullable ints (``Int64``) where a column holds
+# a null (never float64, which rounds a long past 2**53).  A nullable long (``nullable_longs``:
+# seq, null for a malformed record, and the row schema's ``long`` columns) may instead come as its
+# value with nulls as 0 and, beside it, a boolean column ``null_mask(name)`` true where it is
+# null: that is how the Spark shell hands them over, since pyspark's worker would turn an int
+# column holding a null into float64.  ``exact_longs`` rebuilds the nullable column from the two.
+# partition and row_pos are INTs (float64 holds them exactly) and offset is never null.
 INPUT = ("partition", "offset", "kafka_ts", "key", "session", "seq", "type", "event_ts",
          "row_pos", "row_id", "op", "error")
 # In quarantine mode, also the record's raw Kafka value, on its first row only (a snapshot's
@@ -27,8 +35,39 @@ CHANGE = ("partition", "offset", "seq", "type", "row_pos", "row_id", "op", "even
 INT_COLUMNS = ("partition", "offset", "seq", "row_pos")
 TIME_COLUMNS = ("kafka_ts", "event_ts")
 
+#: The mark of a null mask column: ``<name>#null`` (a row column's name is an identifier, so it
+#: never is one).
+NULL_MASK = "#null"
+
 MESSAGE_TYPES = ("snapshot", "update", "end")
 OPS = ("upsert", "delete")
+
+
+def nullable_longs(schema: RowSchema) -> tuple[str, ...]:
+    """The input's long columns that may hold a null: seq and the row schema's ``long`` columns."""
+    return ("seq", *(c.name for c in schema.columns if c.type == "long"))
+
+
+def null_mask(name: str) -> str:
+    """The name of the boolean column that marks the nulls of the nullable long ``name``."""
+    return name + NULL_MASK
+
+
+def exact_longs(frame: pd.DataFrame, schema: RowSchema) -> pd.DataFrame:
+    """``frame`` with each nullable long that comes with a null mask (see ``INPUT``) rebuilt as
+    pandas' nullable ``Int64`` from its values and its mask, exactly; seq only where it holds a
+    null (a numpy int64 seq is what the short path reads fastest).  No copy: the frame is the
+    caller's own (the Spark shell's input frame, gathered), changed in place.  A frame without
+    masks is returned as it is."""
+    for name in nullable_longs(schema):
+        mask_name = null_mask(name)
+        if mask_name not in frame.columns:
+            continue
+        mask = frame[mask_name].to_numpy(dtype=bool)
+        if name in INT_COLUMNS and not mask.any():
+            continue
+        frame[name] = pd.arrays.IntegerArray(frame[name].to_numpy(dtype=np.int64), mask)
+    return frame
 
 
 def _is_naive_datetime(dtype) -> bool:

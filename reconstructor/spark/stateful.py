@@ -19,11 +19,12 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, read_table
-from reconstructor.core.frames import INPUT, VALUE
+from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
@@ -211,18 +212,26 @@ class SessionReconstructor:
                             "info": [v.to_json() for v in violations]})
 
     def _frame(self, data: dict) -> pd.DataFrame:
-        """A frame of the output's columns from some of them (the others null)."""
-        return pd.DataFrame(data).reindex(columns=self.columns)
+        """A frame of the output's columns from some of them (the others null); its int
+        coordinates are nullable ``Int64``, exact beside a null (a list of ints and None would
+        make float64)."""
+        typed = {k: pd.array(v, dtype="Int64") if k in INT_COLUMNS else v for k, v in data.items()}
+        return pd.DataFrame(typed).reindex(columns=self.columns)
 
 
 def _plus_one(values, value):
     """``values`` (a numpy or extension array) and one more element, null when ``value`` is None;
-    the dtype is kept where it holds a null (an int or bool column without one becomes float or
-    object, as ``pd.concat`` would make it)."""
+    the dtype is kept where it holds a null (an int column without one becomes nullable ``Int64``,
+    exact where float64 would round a long past 2**53; a bool one object, as ``pd.concat`` would
+    make it)."""
     if not isinstance(values, np.ndarray):
         return type(values)._concat_same_type([values, type(values)._from_sequence([value], dtype=values.dtype)])
-    if value is None and values.dtype.kind in "iub":
-        values = values.astype(object if values.dtype.kind == "b" else float)
+    if value is None and values.dtype.kind in "iu":
+        mask = np.zeros(len(values) + 1, dtype=bool)
+        mask[-1] = True
+        return pd.arrays.IntegerArray(np.append(values.astype(np.int64, copy=False), 0), mask)
+    if value is None and values.dtype.kind == "b":
+        values = values.astype(object)
     extra = np.empty(1, dtype=values.dtype)
     extra[0] = _NULL[values.dtype.kind] if value is None else value
     return np.concatenate([values, extra])
@@ -251,8 +260,19 @@ def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: in
 
 
 def reconstruct_inputs(records: DataFrame, schema: RowSchema, *, with_values: bool) -> DataFrame:
-    """The columns the state function is handed: the grouping key, ``INPUT``, the row columns and,
-    with ``with_values``, the raw value."""
-    values = [VALUE] if with_values else []
-    return records.select("topic", "group_session", *INPUT, *schema.names, *values)
+    """The columns the state function is handed: the grouping key, ``INPUT``, the row columns,
+    with ``with_values`` the raw value, and a null mask beside each nullable long.
+
+    pyspark's worker hands an int column that holds a null over as float64, which rounds a long
+    past 2**53 (and one near 2**63 then fails the cast back); its ``preferIntExtensionDtype``
+    setting casts Arrow to pandas' Int64 by way of float64 too, and rounds negative ones.  So each
+    nullable long (``nullable_longs``) goes over as its value with nulls as 0, never null and so
+    an exact int64, and a boolean column that marks its nulls; the core rebuilds the nullable
+    column from the two (``frames.exact_longs``)."""
+    longs = set(nullable_longs(schema))
+    columns = [F.coalesce(F.col(n), F.lit(0).cast("bigint")).alias(n) if n in longs else F.col(n)
+               for n in (*INPUT, *schema.names)]
+    masks = [F.col(n).isNull().alias(null_mask(n)) for n in nullable_longs(schema)]
+    values = [F.col(VALUE)] if with_values else []
+    return records.select(F.col("topic"), F.col("group_session"), *columns, *values, *masks)
 
