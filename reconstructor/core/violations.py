@@ -16,6 +16,9 @@ class ViolationKind(str, enum.Enum):
     AFTER_END = "AFTER_END"
     UNKNOWN_ROW = "UNKNOWN_ROW"
     MALFORMED = "MALFORMED"
+    #: Records never processed and gone from Kafka (``reconstructor.core.data_loss``): named by
+    #: topic, partition and the first offset lost, no session.
+    DATA_LOSS = "DATA_LOSS"
     #: A snapshot that differs from the table rebuilt from the session's updates (recorded, or a
     #: violation with ``--on-drift fail``).
     SNAPSHOT_DRIFT = "SNAPSHOT_DRIFT"

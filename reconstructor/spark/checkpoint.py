@@ -25,3 +25,18 @@ def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
     commits = Path(root, "commits")
     names = [s.getPath().getName() for s in fs.listStatus(commits)] if fs.exists(commits) else []
     return CheckpointState(location, query_id, last_batch(names))
+
+
+def read_checkpoint_file(spark: SparkSession, location: str, relative: str) -> str | None:
+    """The text of ``location/relative`` in a checkpoint (``offsets/7``, ``sources/0/0``), None
+    when it is absent."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), relative)
+    fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()

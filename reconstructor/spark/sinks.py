@@ -136,6 +136,9 @@ class DeltaSinks:
     recorded: dict[int, "Recorded"] = field(default_factory=dict, init=False, repr=False)
     #: Told each written batch's counts (``reconstructor.metrics``), from the same aggregation.
     on_counts: Callable[[int, BatchCounts], None] | None = None
+    #: Asked, once a batch's records were fetched, which records never processed are gone from
+    #: Kafka (``reconstructor.spark.data_loss``); the first one stops the batch before it writes.
+    loss_check: Callable[[int], list] | None = None
     #: Per batch id, the last ``TIMINGS_KEPT`` written batches' phase timings.
     timings: dict[int, BatchTimings] = field(default_factory=dict, init=False, repr=False)
 
@@ -264,6 +267,10 @@ class DeltaSinks:
                   .alias(f"kind_{k}") for k in VIOLATION_KINDS],
             ).collect()[0]
             computed = time.perf_counter()
+            losses = self.loss_check(batch_id) if self.loss_check is not None else []
+            if losses:
+                self.violation = losses[0].violation()
+                raise IntegrityViolationError(self.violation)
             if stats.records == 0:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
             if stats.violation is not None:

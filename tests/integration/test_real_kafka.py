@@ -166,3 +166,92 @@ def test_every_rfc3339_form_is_its_instant_and_other_times_are_set_aside_in_quar
                       "future": "quarantined"}
     current = {(r.session, r.status) for r in read_table(spark, out, "current_rows").collect()}
     assert current == {("forms", None), ("ok", "z")}
+
+
+def _wait_for(predicate, running, timeout_s: float = 120) -> None:
+    """Poll ``predicate`` while the query runs; fail if the query stops or time runs out."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert running.query.isActive, running.query.exception()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(1)
+
+
+def _last_seqs(spark, out: str) -> dict:
+    try:
+        return {(r.session, r.status): r.last_seq for r in read_table(spark, out, "sessions").collect()}
+    except Exception:  # not created yet
+        return {}
+
+
+def test_a_topic_deleted_after_its_sessions_ended_is_no_loss_under_a_continuous_run_nor_after(
+        stack, spark, run_id, tmp_path):
+    """The ended sensor's topic is deleted while a continuous run goes on: the run goes on, and a
+    later run on the same checkpoint starts normally.  A topic deleted with a session still open is
+    DATA_LOSS, and nothing of that batch is written."""
+    from reconstructor.pipeline import start
+    from tests.support.pipeline import stream_config, table_versions
+
+    bootstrap = stack.bootstrap_servers()
+    done, live = f"gone{run_id}-sensor-0", f"gone{run_id}-sensor-1"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for name in (done, live):
+        _topic(bootstrap, name)
+    _produce(bootstrap, done, [("d", _value("d", 0, "snapshot", [_row("a", status="x")]), None),
+                               ("d", _value("d", 1, "end"), None)])
+    _produce(bootstrap, live, [("l", _value("l", 0, "snapshot", [_row("a", status="x")]), None)])
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    pattern = f"gone{run_id}-sensor-[0-9]+"
+    running = start(spark, stream_config(pattern, out, chk, trigger="1 second"))
+    try:
+        _wait_for(lambda: _last_seqs(spark, out) == {("d", "ended"): 1, ("l", "open"): 0}, running)
+        for fut in admin.delete_topics([done]).values():
+            fut.result(30)
+        _produce(bootstrap, live, [("l", _value("l", 1, "update", [_row("a", status="y")]), None)])
+        _wait_for(lambda: _last_seqs(spark, out).get(("l", "open")) == 1, running)
+    finally:
+        running.stop()
+    run(spark, pattern, out, chk)  # a later run starts normally
+    assert _last_seqs(spark, out) == {("d", "ended"): 1, ("l", "open"): 1}
+
+    # The live sensor's topic goes too, with its session open and a record never read, while
+    # another sensor of the fleet writes on.
+    _produce(bootstrap, live, [("l", _value("l", 2, "update", [_row("a", status="z")]), None)])
+    for fut in admin.delete_topics([live]).values():
+        fut.result(30)
+    other = _topic(bootstrap, f"gone{run_id}-sensor-2")
+    _produce(bootstrap, other, [("o", _value("o", 0, "snapshot", [_row("a", status="x")]), None)])
+    versions = table_versions(spark, out)
+    with pytest.raises(IntegrityViolationError) as stopped:
+        run(spark, pattern, out, chk)
+    v = stopped.value.violation
+    assert (v.kind.value, v.topic, v.partition, v.offset, v.session) == ("DATA_LOSS", live, 0, 2, None)
+    assert v.detail == f"{live}[0] was deleted with 1 session(s) not ended (l): offsets from 2 on are gone"
+    assert table_versions(spark, out) == versions
+
+
+def test_records_deleted_before_they_were_read_are_data_loss_naming_the_offsets_and_nothing_is_written(
+        stack, spark, run_id, tmp_path):
+    from confluent_kafka import TopicPartition
+    from tests.support.pipeline import table_versions
+
+    bootstrap = stack.bootstrap_servers()
+    topic = _topic(bootstrap, f"truncated{run_id}-sensor-0")
+    _produce(bootstrap, topic, [("s", _value("s", 0, "snapshot", [_row("a", status="x")]), None)])
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    run(spark, topic, out, chk)
+    _produce(bootstrap, topic, [("s", _value("s", seq, "update", [_row("a", status=str(seq))]), None)
+                                for seq in (1, 2, 3, 4)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 3)]).values():
+        fut.result(30)
+    versions = table_versions(spark, out)
+    with pytest.raises(IntegrityViolationError) as stopped:
+        run(spark, topic, out, chk)
+    v = stopped.value.violation
+    assert str(v) == (f"INTEGRITY VIOLATION DATA_LOSS topic={topic} partition=0 offset=1 session=none "
+                      f"expected_seq=none found_seq=none: offsets 1..2 of {topic}[0] were never processed "
+                      f"and are gone from Kafka (the earliest offset still there is 3)")
+    assert table_versions(spark, out) == versions

@@ -1,0 +1,96 @@
+"""The ``DATA_LOSS`` check of each micro-batch, with what the driver can read: the batch's offsets
+from the checkpoint, each partition's earliest offset from Kafka, and the sessions table.
+
+The pure verdict is ``reconstructor.core.data_loss``; this module only gathers its inputs.  The
+Kafka source runs with ``failOnDataLoss=false`` so that a topic deleted after its sensor is done
+does not stop the query; this check then stops it on every real loss, before the batch writes.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from reconstructor.core.data_loss import DataLoss, find_data_loss, offsets_from_log
+from reconstructor.core.state import SessionStatus
+from reconstructor.errors import ReconstructorError
+from reconstructor.kafka_admin import admin_client, librdkafka_settings
+from reconstructor.output import SESSIONS, table_path
+from reconstructor.spark.checkpoint import read_checkpoint_file
+
+__all__ = ["KafkaLossCheck"]
+
+#: Sessions whose topic may go: nothing more was to come of them.
+_DONE = (SessionStatus.ENDED.value, SessionStatus.TIMED_OUT.value)
+
+
+class KafkaLossCheck:
+    """Called with a batch id once the batch's records were fetched: its losses, in (topic,
+    partition) order (an empty list when there is none)."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str, output: str, bootstrap_servers: str,
+                 kafka_options: Mapping[str, str]):
+        self.spark = spark
+        self.checkpoint = checkpoint
+        self.output = output
+        self._bootstrap = bootstrap_servers
+        self._admin_conf = librdkafka_settings(kafka_options)
+        self._admin = None
+
+    def __call__(self, batch_id: int) -> list[DataLoss]:
+        end = self._offsets(f"offsets/{batch_id}")
+        start = self._offsets(f"offsets/{batch_id - 1}" if batch_id > 0 else "sources/0/0")
+        if end is None or start is None:
+            return []  # not a Kafka offset log this check knows: Spark's own checks stand
+        return find_data_loss(start, end, self._earliest(end), self._open_sessions)
+
+    def _offsets(self, relative: str) -> dict | None:
+        text = read_checkpoint_file(self.spark, self.checkpoint, relative)
+        return None if text is None else offsets_from_log(text)
+
+    def _earliest(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        """Each partition's earliest offset in Kafka now; None for one that is gone."""
+        wanted = {TopicPartition(t, p): OffsetSpec.earliest() for t, p in partitions}
+        if not wanted:
+            return {}
+        if self._admin is None:
+            self._admin = admin_client(self._bootstrap, **self._admin_conf)
+        futures = self._admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
+                                           request_timeout=30)
+        out: dict[tuple[str, int], int | None] = {}
+        for tp, future in futures.items():
+            try:
+                out[(tp.topic, tp.partition)] = future.result().offset
+            except KafkaException as exc:
+                if not _is_unknown_partition(exc):
+                    raise ReconstructorError(f"cannot read the earliest offset of {tp.topic}[{tp.partition}] "
+                                             f"from Kafka: {exc.args[0].str()}") from None
+                out[(tp.topic, tp.partition)] = None
+        return out
+
+    def _open_sessions(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[str]]:
+        """The sessions on ``partitions`` the tables do not show ended or timed out."""
+        wanted = set(partitions)
+        try:
+            rows = (self.spark.read.format("delta").load(table_path(self.output, SESSIONS))
+                    .where(~F.col("status").isin(*_DONE))
+                    .select("topic", "partition", "session").collect())
+        except AnalysisException:  # no sessions table yet: nothing was ever written
+            return {}
+        out: dict[tuple[str, int], list[str]] = {}
+        for r in rows:
+            if (r.topic, r.partition) in wanted:
+                out.setdefault((r.topic, r.partition), []).append(r.session)
+        return out
+
+
+def _is_unknown_partition(exc: KafkaException) -> bool:
+    from confluent_kafka import KafkaError
+
+    return exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                                  KafkaError._UNKNOWN_TOPIC)
