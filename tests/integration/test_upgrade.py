@@ -1,0 +1,69 @@
+"""Upgrades: a checkpoint and tables written by the previous release continue under this one.
+
+The previous release is taken from the repository's own history (``git archive``), run as a user
+runs it (``python -m reconstructor run``) with the same jars and stack; this release then carries
+on from its checkpoint in this process.  The second half of the fleet holds what this release
+reads differently (nulls beside longs, times with offsets), so its new input columns meet the old
+state.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from reconstructor.devstack.fleet import FleetSpec, plan_fleet
+from reconstructor.schema import RowSchema
+from tests.support.pipeline import assert_exact, produce, read_table, run
+
+pytestmark = pytest.mark.integration
+NAMES = RowSchema.load().names
+#: The last landed release: update it when a release lands.
+PREVIOUS_RELEASE = "baa8c13"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _previous_release(into: Path) -> Path:
+    """The previous release's tree, from git (a clone of the repository has its history)."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", PREVIOUS_RELEASE],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack, spark, run_id, tmp_path):
+    spec = FleetSpec(topic_prefix=f"up{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=20,
+                     updates=60, rows_per_update=2, delete_ratio=0.1, seed=17)
+    messages = list(plan_fleet(spec))
+    half = len(messages) // 2
+    for planned in messages[half:]:  # what the previous release read differently
+        for row in planned.message.get("rows", []):
+            values = row.get("values")
+            if values is not None:
+                values["reading_count"] = None if "reading_count" in values else 2**63 - 1
+        planned.message["ts"] = planned.message["ts"].replace("Z", "+00:00")
+    produce(spec, messages[:half], partitions=2)
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    pattern = f"up{run_id}-sensor-[0-9]+"
+
+    old = _previous_release(tmp_path / "previous")
+    env = {**os.environ, "PYTHONPATH": str(old), "RECON_JARS_DIR": str(stack.jars_dir())}
+    ran = subprocess.run([sys.executable, "-m", "reconstructor", "run", "--bootstrap-servers",
+                          stack.bootstrap_servers(), "--topic-pattern", pattern, "--output", out,
+                          "--checkpoint", chk, "--compact-every", "off"],
+                         cwd=old, env=env, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert read_table(spark, out, "row_changes").count() > 0
+
+    produce(spec, messages[half:], partitions=2, create=False)
+    run(spark, pattern, out, chk)
+    assert_exact(spark, out, messages, NAMES)
+    longs = {r.reading_count for r in read_table(spark, out, "row_changes").collect()}
+    assert 2**63 - 1 in longs and None in longs
