@@ -2,8 +2,10 @@
 
 Times outside the range pandas carries (nanoseconds since 1970, 1677..2262), a key or value that is
 not UTF-8, an empty session id, a record with no key and no JSON: each is produced raw to a fresh
-topic and ``reconstructor run`` must exit 3 with the contract's line naming topic, partition and
-offset, the micro-batch holding it writing nothing; never a crashed worker (exit 1).
+topic and the query must stop on the violation naming topic, partition and offset, the micro-batch
+holding it writing nothing; never a crashed worker.  Each case runs in this process on the shared
+SparkSession; the last tests run ``reconstructor run`` itself, which must exit 3 with the
+contract's line.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from tests.support.pipeline import read_table
+from reconstructor.errors import IntegrityViolationError
+from tests.support.pipeline import read_table, run
 from tests.support.cli import cli
 from tests.support.kafka import create_topics
 
@@ -90,15 +93,23 @@ CASES = {
 }
 
 
+def _violation_in_process(spark, topic: str, out, chk):
+    """The query as ``reconstructor run`` wires it, in this process (the CLI's line is the
+    violation's own text after ``reconstructor: ``, which the tests below read through the CLI)."""
+    with pytest.raises(IntegrityViolationError) as stopped:
+        run(spark, topic, str(out), str(chk))
+    return stopped.value.violation
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_extreme_record_after_a_snapshot_fails_the_query_naming_it(stack, spark, run_id, tmp_path, name):
     records, detail = CASES[name]
     bootstrap = stack.bootstrap_servers()
     topic = f"extreme{run_id}-sensor-0"
     _produce(bootstrap, topic, [(S.encode(), _snapshot(S)), *records])
-    ran = _run(bootstrap, topic, tmp_path / "out", tmp_path / "chk")
-    last = _malformed_line(ran, topic, 1)
-    assert last.endswith(": " + detail), last
+    v = _violation_in_process(spark, topic, tmp_path / "out", tmp_path / "chk")
+    assert str(v).startswith(f"INTEGRITY VIOLATION MALFORMED topic={topic} partition=0 offset=1 "), str(v)
+    assert str(v).endswith(": " + detail), str(v)
     # One micro-batch held the snapshot and the bad record: nothing of it reached a table.
     assert _counts(spark, tmp_path / "out") == {name: 0 for name in TABLES}
 
