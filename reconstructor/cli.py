@@ -1,7 +1,8 @@
 """``reconstructor``: the command line (also ``python -m reconstructor``).
 
-Exit codes: 0 done; 2 bad usage or config (nothing started); 3 integrity violation; 1 any other
-failure.  Every failure ends with one line on stderr saying what is wrong.
+Exit codes: 0 done; 2 bad usage or config (nothing started); 3 integrity violation; 130 and 143
+stopped by SIGINT (Ctrl-C) and SIGTERM; 1 any other failure.  Every failure or stop ends with one
+line on stderr saying what is wrong or where the run stopped.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import textwrap
 import traceback
@@ -17,7 +19,7 @@ from typing import Sequence
 from reconstructor import commands
 from reconstructor import config as configuration
 from reconstructor.core.policy import OnDrift, OnViolation
-from reconstructor.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from reconstructor.errors import EXIT_OK, EXIT_USAGE, StoppedBySignal
 from reconstructor.failures import explain
 
 log = logging.getLogger("reconstructor")
@@ -54,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_fmt,
         description="Rebuild sensor tables from ordered snapshot/update Kafka streams into Delta tables.",
         epilog=textwrap.dedent("""\
-            exit codes: 0 done, 2 bad usage or config, 3 integrity violation, 1 other failure
+            exit codes: 0 done, 2 bad usage or config, 3 integrity violation,
+              130/143 stopped by SIGINT/SIGTERM, 1 other failure
 
             examples:
               reconstructor demo
@@ -263,9 +266,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return _dispatch(args)
-    except KeyboardInterrupt:
-        print("reconstructor: interrupted", file=sys.stderr)
-        return EXIT_FAILURE
+    except StoppedBySignal as stopped:  # run and replay: a signal stops the query, one line says where
+        print(f"reconstructor: {stopped}", file=sys.stderr, flush=True)
+        if stopped.abandoned:
+            # The engine's threads that ran the abandoned batch would hold the exit until they end
+            # (seconds, or past the grace a scheduler allows); the checkpoint makes waiting needless.
+            sys.stdout.flush()
+            os._exit(stopped.exit_code)
+        return stopped.exit_code
+    except KeyboardInterrupt:  # Ctrl-C where no handler of a run took it
+        stopped = StoppedBySignal(signal.SIGINT, "interrupted before it finished")
+        print(f"reconstructor: {stopped}", file=sys.stderr, flush=True)
+        return stopped.exit_code
     except BrokenPipeError:  # the reader went away (`... | head`): nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return EXIT_OK

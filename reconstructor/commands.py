@@ -22,12 +22,14 @@ from reconstructor.errors import ReconstructorError, UsageError
 from reconstructor.failures import explain
 from reconstructor.metrics_export import MetricsExport
 from reconstructor.progress import CatchUpProgress
-from reconstructor.restarts import Restarts, attempts_for
+from reconstructor.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
 
 log = logging.getLogger("reconstructor")
 
 
-def _spark(cfg: Config, app: str):
+def _spark(cfg: Config, app: str, signals: StopSignals | None = None):
+    """The SparkSession; with ``signals``, their handlers are installed again once it started (the
+    SparkContext sets a SIGINT handler of its own)."""
     from reconstructor.spark import logs
     from reconstructor.spark.engine import S3Settings, build_spark
 
@@ -36,10 +38,12 @@ def _spark(cfg: Config, app: str):
     s3 = S3Settings(cfg.s3.endpoint, cfg.s3.region, cfg.s3.access_key, cfg.s3.secret_key,
                     bool(cfg.s3.path_style))
     logs.quiet_python(verbose)
-    with logs.jvm_output(verbose):
+    with logs.jvm_output(verbose), engine_ignores_sigterm():
         spark = build_spark(app, master=cfg.master, s3=s3, jars_dir=cfg.jars_dir or default_jars_dir(),
                             shuffle_partitions=cfg.shuffle_partitions, conf=logs.driver_conf(cfg.spark, verbose))
     logs.set_engine_level(spark, verbose)
+    if signals is not None:
+        signals.install()
     return spark
 
 
@@ -55,23 +59,25 @@ def _validated_stream(cfg: Config) -> None:
 
 
 def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = False,
-            restarts: Restarts | None = None) -> int:
+            restarts: Restarts | None = None, signals: StopSignals | None = None) -> int:
     """Open the metrics' port and log (``--metrics-*``), then ``_stream_into`` them; close them
     however the run ends."""
     metrics = MetricsExport.open(cfg.metrics_host, cfg.metrics_port, cfg.metrics_log)
     try:
-        return _stream_into(cfg, app, progress, metrics, dedupe_changes=dedupe_changes, restarts=restarts)
+        return _stream_into(cfg, app, progress, metrics, dedupe_changes=dedupe_changes, restarts=restarts,
+                            signals=signals or _stop_signals())
     finally:
         if metrics is not None:
             metrics.close()
 
 
 def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None, *,
-                 dedupe_changes: bool, restarts: Restarts | None) -> int:
+                 dedupe_changes: bool, restarts: Restarts | None, signals: StopSignals) -> int:
     """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
-    after a transient failure (the checks before Spark starts run once: a restart only starts)."""
+    after a transient failure (the checks before Spark starts run once: a restart only starts).
+    SIGINT and SIGTERM (``signals``) stop it, never to restart (``StopRequest``)."""
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
-    spark = _spark(cfg, app)
+    spark = _spark(cfg, app, signals)
     if metrics is not None:  # one listener for the process: restarted queries report to it too
         from reconstructor.spark.listener import MetricsListener
 
@@ -80,9 +86,11 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
     recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
     while True:
         try:
-            _query(spark, cfg, restarts, progress, recorded, dedupe_changes, metrics)
+            _query(spark, cfg, restarts, progress, recorded, dedupe_changes, metrics, signals)
             break
         except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
+            if signals.request.requested and transient(exc):  # never a restart after a signal
+                raise signals.request.stopped() from None
             delay = restarts.after(exc)
             if delay is None:
                 raise
@@ -97,7 +105,7 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
 
 
 def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool,
-           metrics: MetricsExport | None = None) -> None:
+           metrics: MetricsExport | None = None, signals: StopSignals | None = None) -> None:
     from reconstructor.pipeline import start
 
     running = start(spark, cfg, dedupe_changes=dedupe_changes,
@@ -109,7 +117,8 @@ def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, ded
         report(p)
 
     try:
-        running.await_termination(on_progress=on_progress)
+        running.await_termination(on_progress=on_progress,
+                                  stop=signals.request if signals is not None else None)
     finally:
         running.stop()
         recorded.update(running.sinks.recorded)
@@ -160,11 +169,19 @@ def _run_summary(spark, cfg: Config, batches) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
+def _stop_signals() -> StopSignals:
+    """SIGINT and SIGTERM stop the command's query (``restarts.StopSignals``), from now on."""
+    signals = StopSignals()
+    signals.install()
+    return signals
+
+
 def run(args) -> int:
+    signals = _stop_signals()
     cfg = from_args(args)
     _validated_stream(cfg)
     restarts = Restarts(attempts_for(cfg.trigger, cfg.restart_attempts), cfg.restart_backoff)
-    return _stream(cfg, "reconstructor-run", restarts=restarts)
+    return _stream(cfg, "reconstructor-run", restarts=restarts, signals=signals)
 
 
 def config_show(args) -> int:
@@ -174,6 +191,7 @@ def config_show(args) -> int:
 
 
 def replay(args) -> int:
+    signals = _stop_signals()
     cfg = from_args(args)
     if args.await_snapshot:
         cfg.await_snapshot = True
@@ -189,7 +207,7 @@ def replay(args) -> int:
     elif args.from_timestamp:
         offsets = replay_plan.offsets_for_timestamp(cfg, args.from_timestamp)
     else:
-        offsets = replay_plan.offsets_from_last_snapshot(_spark(cfg, "reconstructor-replay-plan"), cfg)
+        offsets = replay_plan.offsets_from_last_snapshot(_spark(cfg, "reconstructor-replay-plan", signals), cfg)
         # Sessions whose snapshot lies after their partition's start see updates first.
         cfg.await_snapshot = True
     cfg.starting_offsets = offsets
@@ -200,7 +218,7 @@ def replay(args) -> int:
     print(f"replaying from {offsets} into {cfg.output} (checkpoint {cfg.checkpoint}{left_alone})",
           file=sys.stderr)
     return _stream(cfg, "reconstructor-replay", progress=CatchUpProgress(starting=offsets),
-                   dedupe_changes=True)
+                   dedupe_changes=True, signals=signals)
 
 
 def compact(args) -> int:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTEGRITY = 3
+# A run stopped by a signal ends as shells report a process that signal ended: 128 + its number.
+EXIT_SIGINT = 128 + signal.SIGINT  # 130
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 
 
 class ReconstructorError(Exception):
@@ -36,6 +41,25 @@ class DiscrepancyError(ReconstructorError):
     discrepancy: table, session, seq and row."""
 
     exit_code = EXIT_INTEGRITY
+
+
+class StoppedBySignal(ReconstructorError):
+    """A run or replay stopped on SIGINT or SIGTERM, as asked: exit 128 + the signal's number (130,
+    143).  The message says where the query stood, e.g. "stopped by SIGTERM: after batch 7";
+    ``abandoned``: a batch was cut short, and the engine's threads may still be winding it down."""
+
+    def __init__(self, signum: int, where: str, abandoned: bool = False):
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+        self.abandoned = abandoned
+        super().__init__(f"stopped by {signal_name(signum)}: {where}")
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def error_line(exc: BaseException, limit: int = 300) -> str:

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import threading
+import time
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.config import AVAILABLE_NOW, Config
-from reconstructor.errors import IntegrityViolationError, ReconstructorError, error_line
+from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
+from reconstructor.restarts import STOP_TIMEOUT, StopRequest
 from reconstructor.schema import RowSchema
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
@@ -39,43 +43,143 @@ class RunningPipeline:
         self.query = query
         self.sinks = sinks
         self.compactor = compactor
+        self._stopped = False
+        self._signals: StopRequest | None = None  # the stop request the query is awaited with
 
-    def await_termination(self, *, poll_s: float = 0.5, on_progress=None) -> None:
+    def await_termination(self, *, poll_s: float = 0.5, on_progress=None,
+                          stop: StopRequest | None = None) -> None:
         """Wait for the query; turn its failure into an IntegrityViolationError or ReconstructorError.
 
-        ``on_progress`` is called with each new progress dict (for progress display).
+        ``on_progress`` is called with each new progress dict (for progress display).  ``stop`` (a
+        ``restarts.StopRequest``) is how a signal reaches the loop: it then waits for a batch in
+        flight up to ``restarts.STOP_GRACE`` (a second signal cuts that short), stops the query and
+        raises ``StoppedBySignal``; a failure after a signal is reported as that stop too.
         """
         query = self.query
+        if stop is not None:
+            self._signals = stop
+            stop.awaiting = True
         try:
             last_batch = None
-            while not query.awaitTermination(poll_s):
-                progress = self.last_progress()
+
+            def report(progress) -> None:
+                nonlocal last_batch
                 if progress is not None and progress.get("batchId") != last_batch:
                     last_batch = progress.get("batchId")
+                    if stop is not None:
+                        stop.progressed(progress)
                     if on_progress is not None:
                         on_progress(progress)
+
+            while not query.awaitTermination(poll_s):
+                report(self.last_progress())
+                if stop is not None and stop.requested:
+                    raise self._stop_on(stop, report)
+            if stop is not None and stop.requested:
+                raise self._stop_on(stop, report)
             query.awaitTermination()  # raises if the query failed
-            final = self.last_progress()
-            if on_progress is not None and final is not None and final.get("batchId") != last_batch:
-                on_progress(final)
+            report(self.last_progress())
         except StreamingQueryException as exc:
             if self.sinks.violation is not None:
                 raise IntegrityViolationError(self.sinks.violation) from None
+            if stop is not None and stop.requested:  # the engine stopped under the signal
+                raise stop.stopped(abandoned=True) from None
             raise ReconstructorError(f"the streaming query failed: {error_line(exc, limit=500)}") from exc
+        except StoppedBySignal:
+            raise
+        except Exception:
+            if stop is not None and stop.requested:  # e.g. the driver JVM ended on the signal too
+                raise stop.stopped(abandoned=True) from None
+            raise
+        finally:
+            if stop is not None and not stop.requested:  # ended without a signal: one now ends the run
+                stop.awaiting = False
 
-    def stop(self) -> None:
-        """Stop the query (if still running), then the compactor, waiting for a run in progress."""
+    def _stop_on(self, stop: StopRequest, report) -> StoppedBySignal:
+        """After a stop signal: wait for the batch in flight (if any) up to the grace, stop the query
+        (bounded), and return the error that ends the run.  The query's own failure meanwhile is
+        raised as it is (a violation is still exit 3)."""
+        at_signal = (self.last_progress() or {}).get("batchId")
+        in_flight = False
+        while True:
+            progress = self.last_progress()
+            report(progress)
+            finished = (progress or {}).get("batchId") != at_signal  # a trigger ended since
+            in_flight = not finished and bool(self.query.status.get("isTriggerActive"))
+            if not stop.waits(in_flight, time.monotonic()):
+                break
+            if self.query.awaitTermination(0.1):
+                in_flight = False
+                break
         try:
-            self.query.stop()
+            if in_flight:
+                _mute_engine(self.sinks.spark)
+            self.stop(within=STOP_TIMEOUT.total_seconds(), stop=stop)
+        except Exception:  # noqa: BLE001 - the engine went away under the signal: nothing to stop
+            in_flight = True
+        return stop.stopped(abandoned=in_flight)
+
+    def stop(self, *, within: float | None = None, stop: StopRequest | None = None) -> None:
+        """Stop the query (if still running), then the compactor, waiting for a run in progress.
+
+        With ``within`` (seconds), as after a signal: each wait is bounded, and a second signal
+        (``stop.at_once``) ends it; what is left is cut short by the process's exit, which the
+        checkpoint and the Delta transactions make safe.  Once stopped, a further call does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if within is None and self._signals is not None and self._signals.requested:
+            within, stop = STOP_TIMEOUT.total_seconds(), self._signals
+        if within is None:
+            try:
+                self.query.stop()
+            finally:
+                if self.compactor is not None:
+                    self.compactor.stop()
+            return
+        try:
+            _bounded(self.query.stop, within, stop)
         finally:
             if self.compactor is not None:
-                self.compactor.stop()
+                _bounded(self.compactor.stop, within, stop)
 
     def last_progress(self) -> dict | None:
         return progress_dict(self.query.lastProgress)
 
     def recent_progress(self) -> list[dict]:
         return [progress_dict(p) for p in self.query.recentProgress]
+
+
+def _mute_engine(spark) -> None:
+    """Before a query is stopped under its batch in flight: the engine reports the interrupted
+    batch (log4j's errors, and the stream thread's uncaught error on the JVM's stderr, with Java
+    stack traces) though the run's line says it all; unless ``-v``, the driver JVM says nothing more."""
+    if logging.getLogger().isEnabledFor(logging.INFO):  # -v
+        return
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels(
+        "", jvm.org.apache.logging.log4j.Level.OFF)
+    jvm.java.lang.System.setErr(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
+
+
+def _bounded(call, seconds: float, stop: StopRequest | None = None) -> None:
+    """``call()`` in a daemon thread, waited for ``seconds`` at most (less after a second signal);
+    its failure is re-raised."""
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            failure.append(exc)
+
+    worker = threading.Thread(target=target, name="reconstructor-stop", daemon=True)
+    worker.start()
+    deadline = time.monotonic() + seconds
+    while worker.is_alive() and time.monotonic() < deadline and not (stop is not None and stop.at_once):
+        worker.join(0.1)
+    if failure:
+        raise failure[0]
 
 
 def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,

@@ -33,9 +33,10 @@ def scrape_metrics(host: str, port: int) -> dict[str, float]:
     return samples
 
 
-def stop_run(proc: subprocess.Popen) -> None:
-    """Stop a CLI run started in its own process group as an operator does: Ctrl-C (the CLI ends
-    "interrupted", exit 1), then SIGKILL of the group if it does not end within a minute."""
+def stop_run(proc: subprocess.Popen) -> int:
+    """Stop a CLI run started in its own process group as an operator does: Ctrl-C (the run stops
+    within its grace with one "reconstructor: stopped by SIGINT: ..." line, exit 130), then SIGKILL
+    of the group if it does not end within a minute.  Returns the run's exit code."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
@@ -43,3 +44,4 @@ def stop_run(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    return proc.returncode
