@@ -18,6 +18,7 @@ import uuid
 
 from reconstructor import replay_plan, validate
 from reconstructor.config import AVAILABLE_NOW, Config, default_jars_dir, from_args
+from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError
 from reconstructor.failures import explain
 from reconstructor.metrics_export import MetricsExport
@@ -50,6 +51,7 @@ def _spark(cfg: Config, app: str, signals: StopSignals | None = None):
 def _validated_stream(cfg: Config) -> None:
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
     validate.topic_pattern(cfg.topic_pattern)
+    validate.kafka_options(cfg.kafka)
     validate.starting_offsets(cfg.starting_offsets)
     validate.state_outlasts_timeout(cfg.state_retention, cfg.session_timeout)
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
@@ -287,10 +289,9 @@ def asof(args) -> int:
     at = None
     if args.at is not None:
         try:
-            at = dt.datetime.fromisoformat(args.at.replace("Z", "+00:00"))
-        except ValueError:
-            raise UsageError(f"--at {args.at!r} is not an RFC 3339 timestamp") from None
-        at = at if at.tzinfo is not None else at.replace(tzinfo=dt.timezone.utc)
+            at = parse_rfc3339(args.at)
+        except ValueError as exc:
+            raise UsageError(f"--at {exc}") from None
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
     from reconstructor.audit.delta_tables import OutputTables
     from reconstructor.audit.fold import ChangeFold, changes_up_to, row_columns

@@ -22,6 +22,7 @@ from reconstructor.restarts import STOP_TIMEOUT, StopRequest
 from reconstructor.schema import RowSchema
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
+from reconstructor.spark.data_loss import KafkaLossCheck
 from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.sinks import DeltaSinks
@@ -192,7 +193,9 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
     """
     schema = RowSchema.load(cfg.row_schema)
     policy = cfg.policy()
-    sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes, on_counts=on_counts)
+    sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes, on_counts=on_counts,
+                       loss_check=KafkaLossCheck(spark, cfg.checkpoint, cfg.output, cfg.bootstrap_servers,
+                                                 cfg.kafka))
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
     sinks.check_writer(checkpoint_state(spark, cfg.checkpoint))
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
