@@ -13,8 +13,9 @@ checkpoint's offset log:
 - a partition whose earliest offset still in Kafka (read after the batch's records were fetched)
   is past ``start`` lost ``start .. earliest - 1``: deleted by retention or ``delete-records``
   before they were read;
-- a partition whose end moved back before its start was deleted and created again under its
-  name: its records up to ``start`` would be skipped;
+- a partition whose end moved back before its start, or whose topic id changed since the last
+  batch was checked (``recreated_topics``), was deleted and created again under its name: its
+  records up to ``start`` would be skipped;
 - a partition new since the last batch is read from its earliest offset, which must be 0.
 
 Offsets that transaction markers and aborted records occupy are never read, but they are still in
@@ -29,7 +30,7 @@ from typing import Callable, Iterable, Mapping
 
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 
-__all__ = ["DataLoss", "Offsets", "find_data_loss", "offsets_from_log"]
+__all__ = ["DataLoss", "Offsets", "find_data_loss", "offsets_from_log", "recreated_topics"]
 
 #: Offsets per (topic, partition).
 Offsets = Mapping[tuple[str, int], int]
@@ -112,3 +113,23 @@ def find_data_loss(start: Offsets, end: Offsets, earliest: Mapping[tuple[str, in
                                      f"{topic}[{partition}] was deleted with {len(sessions)} session(s) not "
                                      f"ended ({shown}): offsets from {start[tp]} on are gone")
     return [found[tp] for tp in sorted(found)]
+
+
+def recreated_topics(start: Offsets, recorded_ids: Mapping[str, str], current_ids: Mapping[str, str]
+                     ) -> list[DataLoss]:
+    """The partitions of topics deleted and created again under their name since the last check.
+
+    Spark's source knows topics by name only: it reads a topic created again from where the old one
+    ended, skipping the new one's records before that offset.  Kafka gives each topic a new id when
+    it is created, so a topic whose id differs from the one recorded at the last check, and that
+    the run had read past offset 0 of, is stopped on.
+    """
+    found = []
+    for (topic, partition), first in sorted(start.items()):
+        was, now = recorded_ids.get(topic), current_ids.get(topic)
+        if was is not None and now is not None and was != now and first > 0:
+            found.append(DataLoss(topic, partition, 0, None,
+                                  f"{topic} was deleted and created again (its topic id changed) after the run "
+                                  f"read {topic}[{partition}] up to offset {first}: the new topic's records "
+                                  f"before that offset would be skipped"))
+    return found

@@ -40,3 +40,16 @@ def read_checkpoint_file(spark: SparkSession, location: str, relative: str) -> s
         return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()
+
+
+def write_checkpoint_file(spark: SparkSession, location: str, relative: str, text: str) -> None:
+    """Write ``text`` to ``location/relative``, replacing it (the reconstructor's own files beside
+    Spark's, which Spark ignores)."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), relative)
+    fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+    stream = fs.create(path, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()

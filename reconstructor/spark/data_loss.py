@@ -10,23 +10,27 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+import json
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from reconstructor.core.data_loss import DataLoss, find_data_loss, offsets_from_log
+from reconstructor.core.data_loss import DataLoss, find_data_loss, offsets_from_log, recreated_topics
 from reconstructor.core.state import SessionStatus
 from reconstructor.errors import ReconstructorError
 from reconstructor.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.output import SESSIONS, table_path
-from reconstructor.spark.checkpoint import read_checkpoint_file
+from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
 
 __all__ = ["KafkaLossCheck"]
 
 #: Sessions whose topic may go: nothing more was to come of them.
 _DONE = (SessionStatus.ENDED.value, SessionStatus.TIMED_OUT.value)
+#: Beside Spark's files in the checkpoint: each topic's id as the last check saw it.
+TOPIC_IDS_FILE = "reconstructor/topic-ids.json"
 
 
 class KafkaLossCheck:
@@ -41,13 +45,46 @@ class KafkaLossCheck:
         self._bootstrap = bootstrap_servers
         self._admin_conf = librdkafka_settings(kafka_options)
         self._admin = None
+        self._recorded_ids: dict[str, str] | None = None
 
     def __call__(self, batch_id: int) -> list[DataLoss]:
         end = self._offsets(f"offsets/{batch_id}")
         start = self._offsets(f"offsets/{batch_id - 1}" if batch_id > 0 else "sources/0/0")
         if end is None or start is None:
             return []  # not a Kafka offset log this check knows: Spark's own checks stand
-        return find_data_loss(start, end, self._earliest(end), self._open_sessions)
+        losses = find_data_loss(start, end, self._earliest(end), self._open_sessions)
+        current = self._topic_ids({t for t, _ in end})
+        losses += [d for d in recreated_topics(start, self._recorded(), current)
+                   if (d.topic, d.partition) not in {(x.topic, x.partition) for x in losses}]
+        if not losses and current != self._recorded():
+            write_checkpoint_file(self.spark, self.checkpoint, TOPIC_IDS_FILE, json.dumps(current, sort_keys=True))
+            self._recorded_ids = current
+        return sorted(losses, key=lambda d: (d.topic, d.partition))
+
+    def _recorded(self) -> dict[str, str]:
+        if self._recorded_ids is None:
+            text = read_checkpoint_file(self.spark, self.checkpoint, TOPIC_IDS_FILE)
+            self._recorded_ids = json.loads(text) if text else {}
+        return self._recorded_ids
+
+    def _client(self):
+        if self._admin is None:
+            self._admin = admin_client(self._bootstrap, **self._admin_conf)
+        return self._admin
+
+    def _topic_ids(self, topics) -> dict[str, str]:
+        """Each topic's id in Kafka now (a topic that is gone is absent)."""
+        if not topics:
+            return {}
+        out = {}
+        for name, future in self._client().describe_topics(TopicCollection(sorted(topics)),
+                                                           request_timeout=30).items():
+            try:
+                out[name] = str(future.result().topic_id)
+            except KafkaException as exc:
+                if not _is_unknown_partition(exc):
+                    raise ReconstructorError(f"cannot describe topic {name} in Kafka: {exc.args[0].str()}") from None
+        return out
 
     def _offsets(self, relative: str) -> dict | None:
         text = read_checkpoint_file(self.spark, self.checkpoint, relative)
@@ -58,9 +95,7 @@ class KafkaLossCheck:
         wanted = {TopicPartition(t, p): OffsetSpec.earliest() for t, p in partitions}
         if not wanted:
             return {}
-        if self._admin is None:
-            self._admin = admin_client(self._bootstrap, **self._admin_conf)
-        futures = self._admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
+        futures = self._client().list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
                                            request_timeout=30)
         out: dict[tuple[str, int], int | None] = {}
         for tp, future in futures.items():

@@ -255,3 +255,41 @@ def test_records_deleted_before_they_were_read_are_data_loss_naming_the_offsets_
                       f"expected_seq=none found_seq=none: offsets 1..2 of {topic}[0] were never processed "
                       f"and are gone from Kafka (the earliest offset still there is 3)")
     assert table_versions(spark, out) == versions
+
+
+def test_a_topic_created_again_under_its_name_between_runs_stops_rather_than_skip_its_first_records(
+        stack, spark, run_id, tmp_path):
+    """Spark's source reads a topic created again from where the old one ended; the new topic id
+    gives it away, and the run stops before skipping a record."""
+    import time
+
+    from tests.support.pipeline import table_versions
+
+    bootstrap = stack.bootstrap_servers()
+    topic = _topic(bootstrap, f"again{run_id}-sensor-0")
+    _produce(bootstrap, topic, [("old", _value("old", 0, "snapshot", [_row("a", status="x")]), None),
+                                ("old", _value("old", 1, "update", [_row("a", status="y")]), None),
+                                ("old", _value("old", 2, "end"), None)])
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    run(spark, topic, out, chk)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_topics([topic]).values():
+        fut.result(30)
+    deadline = time.monotonic() + 60
+    while True:  # the broker takes a moment to forget the old topic
+        try:
+            _topic(bootstrap, topic)
+            break
+        except Exception:
+            assert time.monotonic() < deadline, "the topic could not be created again"
+            time.sleep(0.5)
+    _produce(bootstrap, topic, [("new", _value("new", seq, "snapshot" if seq == 0 else "update",
+                                                [_row("a", status=str(seq))]), None) for seq in range(5)])
+    versions = table_versions(spark, out)
+    with pytest.raises(IntegrityViolationError) as stopped:
+        run(spark, topic, out, chk)
+    v = stopped.value.violation
+    assert (v.kind.value, v.topic, v.partition, v.offset) == ("DATA_LOSS", topic, 0, 0)
+    assert v.detail == (f"{topic} was deleted and created again (its topic id changed) after the run read "
+                        f"{topic}[0] up to offset 3: the new topic's records before that offset would be skipped")
+    assert table_versions(spark, out) == versions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.core.data_loss import find_data_loss, offsets_from_log
+from reconstructor.core.data_loss import find_data_loss, offsets_from_log, recreated_topics
 from reconstructor.core.violations import ViolationKind
 
 T = "sensor-1"
@@ -75,3 +75,14 @@ def test_offsets_are_read_from_the_offset_log_and_the_initial_offsets_file():
     log = 'v1\n{"batchWatermarkMs":0,"conf":{}}\n{"sensor-1":{"0":2,"1":40},"sensor-2":{"0":0}}\n'
     assert offsets_from_log(log) == {("sensor-1", 0): 2, ("sensor-1", 1): 40, ("sensor-2", 0): 0}
     assert offsets_from_log('\x00v1\n{"sensor-1":{"0":0}}') == {("sensor-1", 0): 0}
+
+
+def test_a_topic_created_again_under_its_name_is_known_by_its_new_topic_id():
+    start = {(T, 0): 10, (T, 1): 0, ("other", 0): 5}
+    found = recreated_topics(start, {T: "id-1", "other": "id-9"}, {T: "id-2", "other": "id-9"})
+    # Partition 1 was read up to offset 0: nothing of the new topic would be skipped there.
+    assert [(d.topic, d.partition, d.first, d.earliest) for d in found] == [(T, 0, 0, None)]
+    assert "deleted and created again (its topic id changed)" in found[0].detail
+    # Nothing recorded yet (a first batch, a checkpoint of an earlier release), or the topic gone.
+    assert recreated_topics(start, {}, {T: "id-2"}) == []
+    assert recreated_topics(start, {T: "id-1"}, {}) == []
