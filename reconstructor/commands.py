@@ -19,7 +19,7 @@ import uuid
 from reconstructor import replay_plan, validate
 from reconstructor.config import AVAILABLE_NOW, Config, default_jars_dir, from_args
 from reconstructor.core.timestamps import parse_rfc3339
-from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.errors import ReconstructorError, RunAgain, UsageError
 from reconstructor.failures import explain
 from reconstructor.metrics_export import MetricsExport
 from reconstructor.progress import CatchUpProgress
@@ -90,6 +90,8 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
         try:
             _query(spark, cfg, restarts, progress, recorded, dedupe_changes, metrics, signals)
             break
+        except RunAgain as again:  # not a failure: the batch runs again with the losses told
+            print(f"reconstructor: {again}", file=sys.stderr, flush=True)
         except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
             if signals.request.requested and transient(exc):  # never a restart after a signal
                 raise signals.request.stopped() from None

@@ -36,6 +36,18 @@ class IntegrityViolationError(ReconstructorError):
         self.violation = violation
 
 
+class RunAgain(ReconstructorError):
+    """Quarantine mode: a micro-batch found ``DATA_LOSS`` the run had not recorded yet.  Nothing of
+    it was written; the query starts again from its checkpoint, so the batch runs again with the
+    sessions of the lost partitions told (``reconstructor.spark.data_loss.LossRegistry``)."""
+
+    def __init__(self, losses):
+        where = ", ".join(f"{d.topic}[{d.partition}]" for d in losses)
+        super().__init__(f"DATA_LOSS on {where} recorded: the batch runs again, the sessions there are "
+                         f"quarantined")
+        self.losses = losses
+
+
 class DiscrepancyError(ReconstructorError):
     """The tables at rest disagree (``reconstructor verify``); the message names the first
     discrepancy: table, session, seq and row."""

@@ -17,12 +17,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.config import AVAILABLE_NOW, Config
-from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
+from reconstructor.errors import IntegrityViolationError, ReconstructorError, RunAgain, StoppedBySignal, error_line
 from reconstructor.restarts import STOP_TIMEOUT, StopRequest
 from reconstructor.schema import RowSchema
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
-from reconstructor.spark.data_loss import KafkaLossCheck
+from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.sinks import DeltaSinks
@@ -83,6 +83,8 @@ class RunningPipeline:
         except StreamingQueryException as exc:
             if self.sinks.violation is not None:
                 raise IntegrityViolationError(self.sinks.violation) from None
+            if self.sinks.run_again:
+                raise RunAgain(self.sinks.run_again) from None
             if stop is not None and stop.requested:  # the engine stopped under the signal
                 raise stop.stopped(abandoned=True) from None
             raise ReconstructorError(f"the streaming query failed: {error_line(exc, limit=500)}") from exc
@@ -193,9 +195,12 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
     """
     schema = RowSchema.load(cfg.row_schema)
     policy = cfg.policy()
+    # Quarantine mode goes on past a DATA_LOSS: the losses recorded so far reach the state function.
+    registry = LossRegistry(spark, cfg.checkpoint) if policy.quarantine else None
     sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes, on_counts=on_counts,
                        loss_check=KafkaLossCheck(spark, cfg.checkpoint, cfg.output, cfg.bootstrap_servers,
-                                                 cfg.kafka))
+                                                 cfg.kafka),
+                       loss_registry=registry)
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
     sinks.check_writer(checkpoint_state(spark, cfg.checkpoint))
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
@@ -213,7 +218,8 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
                       session_timeout_ms=_ms(cfg.session_timeout),
                       await_snapshot=cfg.await_snapshot,
                       state_retention_ms=_ms(cfg.state_retention),
-                      policy=policy)
+                      policy=policy,
+                      losses=registry.by_partition() if registry is not None else None)
     writer = (out.writeStream.foreachBatch(sinks.write_batch)
               .option("checkpointLocation", cfg.checkpoint)
               .outputMode("append"))

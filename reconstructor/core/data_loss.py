@@ -28,9 +28,11 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
+from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 
-__all__ = ["DataLoss", "Offsets", "find_data_loss", "offsets_from_log", "recreated_topics"]
+__all__ = ["DataLoss", "Offsets", "find_data_loss", "loss_reaching", "losses_from_json", "losses_to_json",
+           "offsets_from_log", "recreated_topics"]
 
 #: Offsets per (topic, partition).
 Offsets = Mapping[tuple[str, int], int]
@@ -56,8 +58,38 @@ class DataLoss:
     detail: str
 
     def violation(self) -> IntegrityViolation:
+        """The loss as one record: the line a run stops on, or the partition's row in ``violations``
+        (quarantine mode)."""
         return IntegrityViolation(ViolationKind.DATA_LOSS, self.topic, self.partition, self.first, None,
                                   None, None, self.detail)
+
+    def violation_for(self, session: str, state: SessionState) -> IntegrityViolation:
+        """The loss as one session's own ``violations`` row (quarantine mode): its next seq expected."""
+        expected = None if state.last_seq is None else state.last_seq + 1
+        return IntegrityViolation(ViolationKind.DATA_LOSS, self.topic, self.partition, self.first, session,
+                                  expected, None, self.detail)
+
+
+def losses_to_json(losses: Iterable[DataLoss]) -> str:
+    return json.dumps([[d.topic, d.partition, d.first, d.earliest, d.detail] for d in losses])
+
+
+def losses_from_json(text: str) -> list[DataLoss]:
+    return [DataLoss(t, int(p), int(f), None if e is None else int(e), detail)
+            for t, p, f, e, detail in json.loads(text)]
+
+
+def loss_reaching(state: SessionState, topic: str, losses: Mapping[tuple[str, int], list[DataLoss]]
+                  ) -> DataLoss | None:
+    """In quarantine mode, the loss that sets this session aside: the first one on its partition
+    past its last applied record, while it could still receive records (open or timed out).  A
+    session quarantined, ended, or seen past the loss (resynced since) is not reached."""
+    if state.status not in (SessionStatus.OPEN, SessionStatus.TIMED_OUT) or state.last_offset is None:
+        return None
+    for loss in losses.get((topic, state.partition), ()):
+        if loss.first > state.last_offset:
+            return loss
+    return None
 
 
 def _lost(topic: str, partition: int, first: int, earliest: int) -> DataLoss:

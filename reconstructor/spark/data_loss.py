@@ -18,19 +18,22 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from reconstructor.core.data_loss import DataLoss, find_data_loss, offsets_from_log, recreated_topics
+from reconstructor.core.data_loss import (DataLoss, find_data_loss, losses_from_json, losses_to_json,
+                                          offsets_from_log, recreated_topics)
 from reconstructor.core.state import SessionStatus
 from reconstructor.errors import ReconstructorError
 from reconstructor.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.output import SESSIONS, table_path
 from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
 
-__all__ = ["KafkaLossCheck"]
+__all__ = ["KafkaLossCheck", "LossRegistry"]
 
 #: Sessions whose topic may go: nothing more was to come of them.
 _DONE = (SessionStatus.ENDED.value, SessionStatus.TIMED_OUT.value)
 #: Beside Spark's files in the checkpoint: each topic's id as the last check saw it.
 TOPIC_IDS_FILE = "reconstructor/topic-ids.json"
+#: Beside Spark's files in the checkpoint: the losses a run in quarantine mode went on past.
+LOSSES_FILE = "reconstructor/losses.json"
 
 
 class KafkaLossCheck:
@@ -56,10 +59,18 @@ class KafkaLossCheck:
         current = self._topic_ids({t for t, _ in end})
         losses += [d for d in recreated_topics(start, self._recorded(), current)
                    if (d.topic, d.partition) not in {(x.topic, x.partition) for x in losses}]
-        if not losses and current != self._recorded():
+        self._seen_ids = current
+        if not losses:
+            self.accept()
+        return sorted(losses, key=lambda d: (d.topic, d.partition))
+
+    def accept(self) -> None:
+        """The run goes on past the last check's losses (or there were none): the topic ids it saw
+        are the ones the next check compares with."""
+        current = getattr(self, "_seen_ids", None)
+        if current is not None and current != self._recorded():
             write_checkpoint_file(self.spark, self.checkpoint, TOPIC_IDS_FILE, json.dumps(current, sort_keys=True))
             self._recorded_ids = current
-        return sorted(losses, key=lambda d: (d.topic, d.partition))
 
     def _recorded(self) -> dict[str, str]:
         if self._recorded_ids is None:
@@ -129,3 +140,35 @@ def _is_unknown_partition(exc: KafkaException) -> bool:
 
     return exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                                   KafkaError._UNKNOWN_TOPIC)
+
+
+class LossRegistry:
+    """The ``DATA_LOSS`` a run in quarantine mode went on past, kept beside its checkpoint.
+
+    The state function is told them when the query starts (``by_partition``): a session of a lost
+    partition is set aside the next time it runs.  A loss newly found mid-run is added here, and the
+    query starts again, so the batch that found it runs again with its sessions told.
+    """
+
+    def __init__(self, spark: SparkSession, checkpoint: str):
+        self.spark = spark
+        self.checkpoint = checkpoint
+
+    def load(self) -> list[DataLoss]:
+        text = read_checkpoint_file(self.spark, self.checkpoint, LOSSES_FILE)
+        return losses_from_json(text) if text else []
+
+    def by_partition(self) -> dict[tuple[str, int], list[DataLoss]]:
+        out: dict[tuple[str, int], list[DataLoss]] = {}
+        for d in sorted(self.load(), key=lambda d: (d.topic, d.partition, d.first)):
+            out.setdefault((d.topic, d.partition), []).append(d)
+        return out
+
+    def add(self, losses: list[DataLoss]) -> list[DataLoss]:
+        """Record ``losses``; return those that were not recorded yet."""
+        known = self.load()
+        keys = {(d.topic, d.partition, d.first) for d in known}
+        new = [d for d in losses if (d.topic, d.partition, d.first) not in keys]
+        if new:
+            write_checkpoint_file(self.spark, self.checkpoint, LOSSES_FILE, losses_to_json(known + new))
+        return new

@@ -35,7 +35,7 @@ from pyspark.util import inheritable_thread_target
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, refusal, replays_of,
                                        with_replay)
-from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError, error_line
+from reconstructor.errors import IntegrityViolationError, ReconstructorError, RunAgain, UsageError, error_line
 from reconstructor.metrics import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.core.state import SessionStatus
 from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS,
@@ -139,6 +139,12 @@ class DeltaSinks:
     #: Asked, once a batch's records were fetched, which records never processed are gone from
     #: Kafka (``reconstructor.spark.data_loss``); the first one stops the batch before it writes.
     loss_check: Callable[[int], list] | None = None
+    #: Quarantine mode: where the losses the run goes on past are kept (``LossRegistry``); in fail
+    #: mode (None) a loss stops the run.
+    loss_registry: object | None = None
+    #: The losses newly recorded by the batch that stopped for them: the query starts again and
+    #: runs that batch with its sessions told (``reconstructor.errors.RunAgain``).
+    run_again: list = field(default_factory=list, init=False, repr=False)
     #: Per batch id, the last ``TIMINGS_KEPT`` written batches' phase timings.
     timings: dict[int, BatchTimings] = field(default_factory=dict, init=False, repr=False)
 
@@ -268,10 +274,16 @@ class DeltaSinks:
             ).collect()[0]
             computed = time.perf_counter()
             losses = self.loss_check(batch_id) if self.loss_check is not None else []
-            if losses:
+            if losses and self.loss_registry is None:
                 self.violation = losses[0].violation()
                 raise IntegrityViolationError(self.violation)
-            if stats.records == 0:
+            if losses:
+                new = self.loss_registry.add(losses)
+                if new:
+                    self.run_again = new
+                    raise RunAgain(new)
+                self.loss_check.accept()
+            if stats.records == 0 and not losses:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all
             if stats.violation is not None:
                 self.violation = IntegrityViolation.from_json(stats.violation)
@@ -283,8 +295,12 @@ class DeltaSinks:
             sessions = (batch.filter(_is(RecordKind.SESSION))
                         .withColumn(SESSION_INFO, F.from_json("info", SESSION_INFO_DDL)))
             self._append_changes(changes, batch_id)
-            if stats.recorded:
-                self._append_violations(batch.filter(_is(RecordKind.RECORDED)), batch_id)
+            if stats.recorded or losses:
+                recorded = batch.filter(_is(RecordKind.RECORDED)).select("topic", "info")
+                if losses:  # each lost partition's own row, beside its sessions' rows
+                    recorded = recorded.unionByName(self.spark.createDataFrame(
+                        [(d.topic, d.violation().to_json()) for d in losses], "topic STRING, info STRING"))
+                self._append_violations(recorded, batch_id)
                 self.recorded[batch_id] = Recorded(stats.recorded - stats.drifts, stats.sessions_set_aside,
                                                    stats.drifts)
             appended = time.perf_counter()
@@ -364,7 +380,8 @@ class DeltaSinks:
 
     def _append_violations(self, recorded: DataFrame, batch_id: int) -> None:
         """The batch's recorded rows, exactly once: an idempotent append (a replay inserts a row
-        only when its record and kind are absent)."""
+        only when its record, kind and session are absent: a lost partition's sessions share their
+        record)."""
         info = F.from_json("info", VIOLATION_INFO_DDL)
         out = (recorded.select("topic", info.alias("v"))
                .select("topic", *[F.col(f"v.{name}").alias(name) for name in column_names(VIOLATIONS_FIELDS)
@@ -375,7 +392,8 @@ class DeltaSinks:
             with self._txn(batch_id, VIOLATIONS):
                 (DeltaTable.forPath(self._writer(VIOLATIONS), self.path(VIOLATIONS)).alias("target")
                  .merge(out.alias("source"), "target.topic = source.topic AND target.partition = source.partition "
-                        "AND target.offset = source.offset AND target.kind = source.kind")
+                        "AND target.offset = source.offset AND target.kind = source.kind "
+                        "AND target.session <=> source.session")
                  .whenNotMatchedInsertAll()
                  .execute())
             return

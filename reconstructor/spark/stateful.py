@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -24,9 +24,12 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, read_table
+from reconstructor.core.data_loss import DataLoss, loss_reaching
 from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
+from reconstructor.core.quarantine import quarantine
 from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.violations import IntegrityViolation
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
 from reconstructor.output import (RECORD_FIELDS, SESSION_INFO_FIELDS, STATE_DDL, STATE_FIELDS, RecordKind, SessionField,
                                   column_names, records_ddl)
@@ -100,10 +103,17 @@ class SessionReconstructor:
     its table (status ``timed_out``; it resumes exactly with its next seq), an ended one keeps its
     scalars (a message after its end is still AFTER_END).  The state is removed once the session
     has been silent for ``state_retention_ms``, so the state store stays bounded.
+
+    ``losses`` (quarantine mode): the ``DATA_LOSS`` of each partition, by (topic, partition),
+    sorted by first offset lost.  A session the next time it runs (a record, or its timeout) is
+    quarantined with its own ``DATA_LOSS`` row when a loss on its partition lies past its last
+    applied record (``core.data_loss.loss_reaching``).
     """
 
     def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False,
-                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS, policy: IntegrityPolicy = STRICT):
+                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS, policy: IntegrityPolicy = STRICT,
+                 losses: Mapping[tuple[str, int], list[DataLoss]] | None = None):
+        self.losses = dict(losses or {})
         self.schema = schema
         self.timeout_ms = int(session_timeout_ms)
         self.retention_ms = int(state_retention_ms)
@@ -118,16 +128,20 @@ class SessionReconstructor:
             yield from self._on_timeout(topic, session, state)
             return
         previous = state_from_tuple(state.get, self.schema) if state.exists else None
+        lost = self._lost(topic, session, previous)
+        if lost is not None:  # set aside before its records: they come after the records lost
+            previous = quarantine(previous, lost, self.schema)
         result = process_batch(topic, session, frames, previous, self.schema,
                                await_snapshot=self.await_snapshot, policy=self.policy)
         if result.violation is not None:
             yield self._violations(topic, session, [result.violation], RecordKind.VIOLATION)
             return
-        if result.recorded:
-            yield self._violations(topic, session, result.recorded, RecordKind.RECORDED)
+        recorded = ([lost] if lost is not None else []) + result.recorded
+        if recorded:
+            yield self._violations(topic, session, recorded, RecordKind.RECORDED)
         if result.state is None:
             return  # nothing applied (all skipped while awaiting a snapshot, or no session named)
-        if result.state is previous:  # records set aside only: the session is as it was
+        if result.state is previous and lost is None:  # records set aside only: the session is as it was
             self._arm_timeout(state, previous.status, has_table=state.get[_AT["table"]] is not None)
             return
         new = result.state
@@ -141,6 +155,13 @@ class SessionReconstructor:
             current = len(changes["row_id"]) - n
         yield self._group_frame(topic, session, changes, new, new.status, row_count=new.row_count,
                                 current=current)
+
+    def _lost(self, topic: str, session: str, previous: SessionState | None) -> IntegrityViolation | None:
+        """The session's own ``DATA_LOSS`` row when a loss on its partition reaches it, else None."""
+        if previous is None or not self.losses:
+            return None
+        loss = loss_reaching(previous, topic, self.losses)
+        return None if loss is None else loss.violation_for(session, previous)
 
     def _arm_timeout(self, state: GroupState, status: SessionStatus, has_table: bool) -> None:
         """Spark clears a group's timeout whenever the function runs for it, so every call sets it.
@@ -161,6 +182,14 @@ class SessionReconstructor:
         silent for the retention as well, as is a quarantined one (its timeout is the retention)."""
         row = tuple(state.get)
         previous = state_from_tuple(row, self.schema, with_table=False)
+        lost = self._lost(topic, session, previous)
+        if lost is not None:  # silent since records on its partition were lost: set aside
+            state.update(_with(row, status=SessionStatus.QUARANTINED.value))
+            state.setTimeoutDuration(self.retention_ms)
+            yield self._violations(topic, session, [lost], RecordKind.RECORDED)
+            yield self._group_frame(topic, session, self._no_changes, previous, SessionStatus.QUARANTINED,
+                                    row_count=int(row[_AT["row_count"]]))
+            return
         if previous.status == SessionStatus.OPEN:
             state.update(_with(row, status=SessionStatus.TIMED_OUT.value))
         elif previous.status == SessionStatus.ENDED and row[_AT["table"]] is not None:
@@ -243,12 +272,15 @@ _NULL = {"O": None, "f": np.nan, "M": np.datetime64("NaT")}  # by numpy dtype ki
 def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int,
                 await_snapshot: bool = False,
                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS,
-                policy: IntegrityPolicy = STRICT) -> DataFrame:
+                policy: IntegrityPolicy = STRICT,
+                losses: Mapping[tuple[str, int], list[DataLoss]] | None = None) -> DataFrame:
     """Group parsed records by ``(topic, session)`` and run the state function over them.
 
     In quarantine mode the records carry their raw value (``parse_records(keep_values=True)``) for
-    the ``violations`` table."""
-    fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms, policy)
+    the ``violations`` table, and ``losses`` (the checkpoint's recorded ``DATA_LOSS``) reach the
+    sessions of their partitions."""
+    fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms, policy,
+                              losses=losses)
     inputs = reconstruct_inputs(records, schema, with_values=policy.quarantine)
     return inputs.groupBy("topic", "group_session").applyInPandasWithState(
         fn,

@@ -11,6 +11,7 @@ from reconstructor import config
 from reconstructor.devstack import localstack
 from reconstructor.devstack.fleet import FleetSpec, expected_tables, hash_partition, publish
 from reconstructor.devstack.producer import SensorProducer
+from reconstructor.errors import RunAgain
 from reconstructor.output import TABLES
 from reconstructor.pipeline import start
 from tests.support.kafka import create_topics
@@ -46,11 +47,16 @@ def stream_config(pattern: str, output: str, checkpoint: str, **settings) -> con
 
 
 def run(spark, pattern: str, output: str, checkpoint: str, **settings) -> None:
-    running = start(spark, stream_config(pattern, output, checkpoint, **settings))
-    try:
-        running.await_termination()
-    finally:
-        running.stop()
+    """A run to its end, as ``reconstructor run`` does it (a ``RunAgain`` starts the query again)."""
+    while True:
+        running = start(spark, stream_config(pattern, output, checkpoint, **settings))
+        try:
+            running.await_termination()
+            return
+        except RunAgain:
+            continue
+        finally:
+            running.stop()
 
 
 def read_table(spark, output: str, name: str):

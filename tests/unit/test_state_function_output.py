@@ -176,3 +176,43 @@ def test_in_quarantine_mode_a_violation_is_recorded_rows_and_the_session_waits_f
     # Quarantined and silent for the retention: forgotten, with nothing written.
     forgotten = _group_state(gs.get, timed_out=True)
     assert call(fn, [], forgotten) == [] and forgotten._removed
+
+
+def test_in_quarantine_mode_a_data_loss_on_its_partition_sets_a_session_aside_when_it_next_runs():
+    from reconstructor.core.data_loss import DataLoss
+
+    loss = DataLoss("sensor-1", 0, 5, 8, "offsets 5..7 of sensor-1[0] were never processed and are gone")
+    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
+                              policy=IntegrityPolicy(OnViolation.QUARANTINE), losses={("sensor-1", 0): [loss]})
+    snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
+    state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
+
+    # Its next record, past the loss: its own DATA_LOSS row, the record set aside, quarantined.
+    gs = group_state(state)
+    recorded, out = call(fn, [typed(to_frame([Msg(1, "update", offset=9, rows=[{"id": "a", "values": {}}])]))
+                              .assign(value=["v9"])], gs)
+    kinds = [IntegrityViolation.from_json(i) for i in recorded["info"]]
+    assert [(v.kind, v.session, v.offset, v.expected_seq, v.found_seq) for v in kinds] == [
+        (ViolationKind.DATA_LOSS, "s1", 5, 1, None), (ViolationKind.SKIPPED, "s1", 9, None, 1)]
+    assert list(out["record"]) == [RecordKind.SESSION]
+    assert json.loads(out["info"].iloc[-1])["status"] == "quarantined"
+    assert state_from_tuple(gs.get, SCHEMA).status == SessionStatus.QUARANTINED
+    # Told again later (the loss stays known), a quarantined session is not set aside twice.
+    (skipped,) = call(fn, [typed(to_frame([Msg(2, "update", offset=10, rows=[{"id": "a", "values": {}}])]))],
+                      _group_state(gs.get))
+    assert [IntegrityViolation.from_json(i).kind for i in skipped["info"]] == [ViolationKind.SKIPPED]
+
+    # Silent since the loss: its timeout sets it aside instead of timing it out.
+    silent = _group_state(state_to_tuple(state, SCHEMA), timed_out=True)
+    recorded, out = call(fn, [], silent)
+    assert [IntegrityViolation.from_json(i).kind for i in recorded["info"]] == [ViolationKind.DATA_LOSS]
+    assert json.loads(out["info"].iloc[-1])["status"] == "quarantined"
+    assert state_from_tuple(silent.get, SCHEMA).status == SessionStatus.QUARANTINED
+    assert state_from_tuple(silent.get, SCHEMA).row_count == 1  # its table kept for the resync
+
+    # A session seen past the loss (started after it) is not reached.
+    later = process_batch("sensor-1", "s2", [to_frame([Msg(0, "snapshot", offset=11, session="s2",
+                                                           rows=[{"id": "a", "values": {}}])])], None, SCHEMA).state
+    (out,) = call(fn, [typed(to_frame([Msg(1, "update", offset=12, session="s2", rows=[{"id": "a", "values": {}}])]))
+                       .assign(value=["v12"])], group_state(later))
+    assert json.loads(out["info"].iloc[-1])["status"] == "open"
