@@ -93,6 +93,7 @@ def worker_groups(args, rng: random.Random) -> None:
     from pyspark.serializers import CPickleSerializer
     from pyspark.sql.conversion import ArrowBatchTransformer
 
+    from reconstructor.core.frames import null_mask, nullable_longs
     from reconstructor.spark.stateful import SessionReconstructor, state_to_tuple
     from tests.support.groupstate import VALUE_SCHEMA, group_state
 
@@ -100,6 +101,9 @@ def worker_groups(args, rng: random.Random) -> None:
     pickled = CPickleSerializer().dumps(VALUE_SCHEMA.toInternal(state_to_tuple(state, SCHEMA)))
     utc = {c: batch[c].dt.tz_localize("UTC") for c in ("kafka_ts", "event_ts", "calibrated_at")}
     group = batch.assign(**utc)
+    for name in nullable_longs(SCHEMA):  # as ``reconstruct_inputs`` hands them over: value and null mask
+        group[null_mask(name)] = group[name].isna()
+        group[name] = group[name].fillna(0).astype("int64")
     group.insert(0, "group_session", "s1")
     group.insert(0, "topic", "t")
     arrow = pa.RecordBatch.from_pandas(pd.concat([group] * args.sessions, ignore_index=True),
