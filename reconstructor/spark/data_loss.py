@@ -49,6 +49,7 @@ class KafkaLossCheck:
         self._admin_conf = librdkafka_settings(kafka_options)
         self._admin = None
         self._recorded_ids: dict[str, str] | None = None
+        self._seen_ids: dict[str, str] | None = None  # at the last check
 
     def __call__(self, batch_id: int) -> list[DataLoss]:
         end = self._offsets(f"offsets/{batch_id}")
@@ -67,7 +68,7 @@ class KafkaLossCheck:
     def accept(self) -> None:
         """The run goes on past the last check's losses (or there were none): the topic ids it saw
         are the ones the next check compares with."""
-        current = getattr(self, "_seen_ids", None)
+        current = self._seen_ids
         if current is not None and current != self._recorded():
             write_checkpoint_file(self.spark, self.checkpoint, TOPIC_IDS_FILE, json.dumps(current, sort_keys=True))
             self._recorded_ids = current
