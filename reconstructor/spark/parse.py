@@ -54,6 +54,19 @@ TS_RANGE_US = 9223286400000000
 TS_RANGE_TEXT = "1677-09-22T00:00:00Z..2262-04-11T00:00:00Z"
 
 
+def _nothing_after(text: str) -> str:
+    """SQL: nothing but whitespace follows the JSON value that ``text`` starts with.
+
+    Spark's JSON readers (Jackson) stop at the end of the first value and ignore the rest, so
+    ``{...} {...}`` or ``{...}garbage`` would parse as its first object.  Wrapped as an array's one
+    element, a valid value may only be followed by whitespace or by ``]`` (which closes the array
+    early and hides the rest); wrapped as an object's member, only by whitespace or ``}``.  A text
+    that passes both has nothing after its value.  Both reads only tokenize (no value is built).
+    """
+    return (f"coalesce(json_array_length(concat('[', {text}, ']')) = 1 "
+            f"AND json_object_keys(concat('{{\"k\":', {text}, '}}')) IS NOT NULL, false)")
+
+
 def _sql_list(names) -> str:
     return "array(" + ", ".join("'" + n.replace("'", "''") + "'" for n in names) + ")"
 
@@ -169,6 +182,8 @@ def _row_reasons(schema: RowSchema, json_type, value_json, value_text) -> dict:
             f"substr({value_json(col.name)}, 1, 60))")
         if col.type == "timestamp":
             reasons[("range", col.name)] = _out_of_range_reason(f"].values.{col.name}", value_text(col.name))
+        if col.type == "double":
+            reasons[("range", col.name)] = f"'].values.{col.name} expects double, got a number past its range'"
     return reasons
 
 
@@ -185,6 +200,12 @@ def _first_row_error(reasons: dict, conditions: dict) -> Column:
 def _value_json_type(name: str) -> str:
     """SQL: the JSON type of a column's value in the row variant (computed by ``_field_types``)."""
     return f"`json_type_values.{name}`"
+
+
+def _infinite(value: str) -> str:
+    """SQL: the DOUBLE ``value`` is an infinity: a JSON number past the largest double (JSON has no
+    infinities), which no double column may take for it."""
+    return f"abs({value}) = double('Infinity')"
 
 
 def _present(json_type: str) -> str:
@@ -273,6 +294,8 @@ def _vouched_row_error(schema: RowSchema) -> Column:
         if c.type == "timestamp":  # the column itself is the string cast (``_typed_value``)
             conditions[("type", c.name)] = f"{_typed_row_value(c.name)} IS NOT NULL AND `{c.name}` IS NULL"
             conditions[("range", c.name)] = _outside_range(f"`{c.name}`")
+        if c.type == "double":  # Jackson reads a number past the largest double as an infinity
+            conditions[("range", c.name)] = _infinite(f"`{c.name}`")
     reasons = _row_reasons(schema, json_type=lambda name: "'STRING'",
                            value_json=lambda name: f"to_json(CAST({_typed_row_value(name)} AS VARIANT))",
                            value_text=_typed_row_value)
@@ -299,7 +322,7 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
     )
     env = env.select("*", F.expr("NOT is_valid_utf8(text)").alias("bad_value"))
     env = env.select("*", F.expr("CASE WHEN bad_value THEN NULL ELSE text END").alias("json"))
-    env = env.select("*", F.expr("try_parse_json(json)").alias("parsed"),
+    env = env.select("*", F.expr(f"CASE WHEN {_nothing_after('json')} THEN try_parse_json(json) END").alias("parsed"),
                      F.from_json("json", _typed_ddl(schema)).alias("typed_message") if fast_path
                      else F.lit(None).cast(_typed_ddl(schema)).alias("typed_message"))
     env = env.select("*", (_vouched(schema) if fast_path else F.lit(False)).alias("msg_ok"))
@@ -389,6 +412,9 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         conditions[("type", col.name)] = f"{_present(json_type)} AND NOT {_column_ok(col, json_type)}"
         if col.type == "timestamp":
             conditions[("range", col.name)] = _outside_range(f"`{col.name}`")
+        if col.type == "double":  # the variant holds it as an infinity, whose JSON text casts to null
+            conditions[("range", col.name)] = (f"{_present(json_type)} AND {_column_ok(col, json_type)} "
+                                               f"AND coalesce({_infinite(f'`{col.name}`')}, true)")
     reasons = _row_reasons(
         schema, json_type=_value_json_type,
         value_json=lambda name: f"to_json(variant_get(row_variant, '$.values.{name}'))",
@@ -404,7 +430,8 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         F.expr(f"NOT {_in_range('kafka_ts')}"),
         F.expr(f"concat('Kafka timestamp ', unix_millis(kafka_ts), ' ms is outside the supported range "
                f"{TS_RANGE_TEXT}')"))
-    # A time outside the range is nulled beside its error, so that no conversion ever sees it.
+    # A time outside the range is nulled beside its error, so that no conversion ever sees it; so is
+    # an infinity, which no JSON number is.
     return rows.select(
         "topic",
         # Null when the record names no session (no session and no key): the violation then says
@@ -418,6 +445,8 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         F.coalesce("op_raw", F.lit("upsert")).alias("op"),
         F.coalesce(record_error, error).alias("error"),
         *[F.expr(f"CASE WHEN {_in_range(f'`{c.name}`')} THEN `{c.name}` END").alias(c.name)
-          if c.type == "timestamp" else c.name for c in schema.columns],
+          if c.type == "timestamp" else
+          F.expr(f"CASE WHEN NOT {_infinite(f'`{c.name}`')} THEN `{c.name}` END").alias(c.name)
+          if c.type == "double" else c.name for c in schema.columns],
         *([F.expr(f"CASE WHEN coalesce(row_pos, 0) = 0 THEN {VALUE} END").alias(VALUE)] if keep_values else []),
     )
