@@ -137,11 +137,27 @@ def build_spark(
     if s3 is not None:
         settings.update(s3.hadoop_conf())
     settings.update(conf or {})
+    for key in JAVA_OPTIONS:
+        settings[key] = with_thread_stack(settings.get(key, ""))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("RECON_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+# The driver's and the executors' Java options, where the thread stack is set.
+JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+# Spark's ``schema_of_variant`` recurses once per nesting level of a value: JSON nested about 900
+# deep (Jackson allows 1000) overflowed the default 1 MB thread stack of the task running the parse
+# and failed the query.  8 MB holds the deepest value Jackson accepts.  Platforms that start the
+# JVMs before this builder runs (Databricks) take the same option in their cluster's Spark config.
+THREAD_STACK = "-Xss8m"
+
+
+def with_thread_stack(options: str) -> str:
+    """Java ``options`` with ``THREAD_STACK`` unless they set a thread stack size already."""
+    return options if "-Xss" in options else f"{options} {THREAD_STACK}".strip()
 
 
 def _launched_by_spark_submit() -> bool:
