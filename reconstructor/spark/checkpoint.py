@@ -43,13 +43,20 @@ def read_checkpoint_file(spark: SparkSession, location: str, relative: str) -> s
 
 
 def write_checkpoint_file(spark: SparkSession, location: str, relative: str, text: str) -> None:
-    """Write ``text`` to ``location/relative``, replacing it (the reconstructor's own files beside
-    Spark's, which Spark ignores)."""
+    """Write ``text`` to ``location/relative``, replacing it atomically, the way Spark writes its
+    own checkpoint files (``CheckpointFileManager.createAtomic``): a crash leaves the old file or
+    the new one, never half of one.  (The reconstructor's own files, beside Spark's, which Spark
+    ignores.)"""
     jvm = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), relative)
-    fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
-    stream = fs.create(path, True)
+    manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
+        path.getParent(), spark._jsparkSession.sessionState().newHadoopConf())
+    if not manager.exists(path.getParent()):
+        manager.mkdirs(path.getParent())
+    stream = manager.createAtomic(path, True)
     try:
         stream.write(bytearray(text.encode("utf-8")))
-    finally:
-        stream.close()
+    except BaseException:
+        stream.cancel()
+        raise
+    stream.close()
