@@ -355,3 +355,23 @@ def test_in_quarantine_mode_a_data_loss_sets_each_session_of_the_partition_aside
 
     verified = cli("verify", "--output", out)
     assert verified.returncode == 0, verified.stderr[-2000:]
+
+
+def test_a_session_on_two_partitions_in_one_batch_is_partition_moved_whichever_number_is_lower(
+        stack, spark, run_id, tmp_path):
+    """Its seq 0..2 on partition 1, then seq 3 on partition 0, all read by one micro-batch: the
+    verdict names the first record on partition 0, not a NO_SNAPSHOT there."""
+    bootstrap = stack.bootstrap_servers()
+    topic = _topic(bootstrap, f"moved{run_id}-sensor-0", partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    for seq, partition in ((0, 1), (1, 1), (2, 1), (3, 0), (4, 0)):
+        producer.produce(topic, key=b"s", partition=partition, value=_value(
+            "s", seq, "snapshot" if seq == 0 else "update", [_row("a", status=str(seq))]))
+    assert producer.flush(30) == 0
+    out = str(tmp_path / "out")
+    with pytest.raises(IntegrityViolationError) as stopped:
+        run(spark, topic, out, str(tmp_path / "chk"))
+    v = stopped.value.violation
+    assert (v.kind.value, v.partition, v.offset, v.expected_seq, v.found_seq) == ("PARTITION_MOVED", 0, 0, 3, 3)
+    assert v.detail == f"session was on {topic}[1] and shows up on {topic}[0]"
+    assert read_table(spark, out, "row_changes").count() == 0
