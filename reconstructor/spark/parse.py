@@ -372,7 +372,9 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
     raw = [F.expr("make_valid_utf8(text)").alias(VALUE)] if keep_values else []
     env = env.select("topic", "partition", "offset", "kafka_ts", "key", "bad_key", "bad_value", "msg_ok", *raw,
                      _fast_or_checked("typed_message.session", "session"),
-                     _fast_or_checked("typed_message.seq", "seq"),
+                     # A seq that is no JSON integer (1.0, "7") is no seq: the record names none.
+                     _fast_or_checked("typed_message.seq",
+                                      F.expr(f"CASE WHEN json_type_seq IN {_INTEGER} THEN seq END"), "seq"),
                      _fast_or_checked("typed_message.type", "type"),
                      _fast_or_checked(rfc3339_timestamp("typed_message.ts"), "event_ts"),
                      F.when(~F.col("msg_ok"), env_error).alias("env_error"),

@@ -777,6 +777,9 @@ FOUND = [
     ("repeated envelope key", '{"session":"s1","seq":1,"seq":2,"type":"update","ts":"%s"}' % TS, NOT_JSON),
     ("repeated column", UPDATE % (TS, '1.5, "temperature": 2.5'), NOT_JSON),
     ("NaN for a double", UPDATE % (TS, "NaN"), NOT_JSON),
+    # A seq written as a double was reported as the record's seq (1.0 as 1).
+    ("a seq that is a double", '{"session":"s1","seq":1.0,"type":"update","ts":"%s"}' % TS,
+     "seq must be an integer"),
 ]
 
 
@@ -786,13 +789,17 @@ def test_what_the_fuzzing_found(spark, fast_path):
     df = spark.createDataFrame([(TOPIC, 0, i, kafka_ts, b"s1", v.encode()) for i, (_, v, _) in enumerate(FOUND)],
                                KAFKA_DDL)
     errors: dict = {}
-    for r in parse_records(df, SCHEMA, fast_path=fast_path).select("offset", "error", "temperature").collect():
+    seqs: dict = {}
+    for r in parse_records(df, SCHEMA, fast_path=fast_path).select("offset", "error", "temperature", "seq").collect():
         errors.setdefault(r.offset, set()).add(r.error)
+        seqs[r.offset] = r.seq
         assert r.temperature is None or math.isfinite(r.temperature), (FOUND[r.offset][0], r.temperature)
     for i, (name, value, reason) in enumerate(FOUND):
         assert errors[i] == {reason}, (name, errors[i])
         judged = judge(Record(0, i, b"s1", value.encode()))
         assert (judged.msg.error is None) == (reason is None), (name, judged.msg.error)
+        if name == "a seq that is a double":
+            assert seqs[i] is None, (name, seqs[i])  # the record names no seq, never 1
 
 
 def test_deep_object_does_not_crash_the_query(spark):
