@@ -35,8 +35,10 @@ def _batches_done(log_path) -> int:
 
 
 def test_kill_9_at_random_points_loses_and_repeats_nothing(stack, spark, run_id, tmp_path):
+    # Enough records for every trial to be killed mid-stream (10 trials of up to 5 batches of 150):
+    # a trial that found nothing left to read would only wait out its deadline.
     spec = FleetSpec(topic_prefix=f"crash{run_id}-sensor-", sensors=2, sessions_per_sensor=2,
-                     rows=30, updates=500, rows_per_update=2, resync_every=200, seed=13)
+                     rows=30, updates=1000, rows_per_update=2, resync_every=200, seed=13)
     messages = list(plan_fleet(spec))
     produce(spec, messages, 2)
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
