@@ -50,10 +50,15 @@ class KafkaLossCheck:
         self._admin = None
         self._recorded_ids: dict[str, str] | None = None
         self._seen_ids: dict[str, str] | None = None  # at the last check
+        self._last_end: tuple[int, dict] | None = None  # the last checked batch's end offsets
 
     def __call__(self, batch_id: int) -> list[DataLoss]:
         end = self._offsets(f"offsets/{batch_id}")
-        start = self._offsets(f"offsets/{batch_id - 1}" if batch_id > 0 else "sources/0/0")
+        if self._last_end is not None and self._last_end[0] == batch_id - 1:
+            start = self._last_end[1]  # an offset-log entry never changes once written: read it once
+        else:
+            start = self._offsets(f"offsets/{batch_id - 1}" if batch_id > 0 else "sources/0/0")
+        self._last_end = (batch_id, end)
         if end is None or start is None:
             return []  # not a Kafka offset log this check knows: Spark's own checks stand
         losses = find_data_loss(start, end, self._earliest(end), self._open_sessions)
