@@ -90,7 +90,7 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
         try:
             _query(spark, cfg, restarts, progress, recorded, dedupe_changes, metrics, signals)
             break
-        except RunAgain as again:  # not a failure: the batch runs again with the losses told
+        except RunAgain as again:  # not a failure: the batch runs again from the checkpoint
             print(f"reconstructor: {again}", file=sys.stderr, flush=True)
         except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
             if signals.request.requested and transient(exc):  # never a restart after a signal

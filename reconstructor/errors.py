@@ -37,15 +37,21 @@ class IntegrityViolationError(ReconstructorError):
 
 
 class RunAgain(ReconstructorError):
-    """Quarantine mode: a micro-batch found ``DATA_LOSS`` the run had not recorded yet.  Nothing of
-    it was written; the query starts again from its checkpoint, so the batch runs again with the
-    sessions of the lost partitions told (``reconstructor.spark.data_loss.LossRegistry``)."""
+    """A micro-batch is to run again from the checkpoint, nothing of it written: it found a
+    ``DATA_LOSS`` the run had not recorded yet (quarantine mode: the batch runs again with the
+    sessions of the lost partitions told, ``reconstructor.spark.data_loss.LossRegistry``), or a
+    topic created again, which the batch then reads from its new first offset."""
 
-    def __init__(self, losses):
+    @classmethod
+    def after_losses(cls, losses) -> "RunAgain":
         where = ", ".join(f"{d.topic}[{d.partition}]" for d in losses)
-        super().__init__(f"DATA_LOSS on {where} recorded: the batch runs again, the sessions there are "
-                         f"quarantined")
-        self.losses = losses
+        return cls(f"DATA_LOSS on {where} recorded: the batch runs again, the sessions there are quarantined")
+
+    @classmethod
+    def to_reread(cls, partitions) -> "RunAgain":
+        where = ", ".join(f"{t}[{p}]" for t, p in partitions)
+        return cls(f"{where} was deleted and created again after its sessions were done: the batch runs "
+                   f"again and reads it from its new first offset")
 
 
 class DiscrepancyError(ReconstructorError):

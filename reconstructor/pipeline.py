@@ -83,8 +83,8 @@ class RunningPipeline:
         except StreamingQueryException as exc:
             if self.sinks.violation is not None:
                 raise IntegrityViolationError(self.sinks.violation) from None
-            if self.sinks.run_again:
-                raise RunAgain(self.sinks.run_again) from None
+            if self.sinks.run_again is not None:
+                raise self.sinks.run_again from None
             if stop is not None and stop.requested:  # the engine stopped under the signal
                 raise stop.stopped(abandoned=True) from None
             raise ReconstructorError(f"the streaming query failed: {error_line(exc, limit=500)}") from exc

@@ -14,8 +14,10 @@ checkpoint's offset log:
   is past ``start`` lost ``start .. earliest - 1``: deleted by retention or ``delete-records``
   before they were read;
 - a partition whose end moved back before its start, or whose topic id changed since the last
-  batch was checked (``recreated_topics``), was deleted and created again under its name: its
-  records up to ``start`` would be skipped;
+  batch was checked (``recreated_partitions``), was deleted and created again under its name.
+  Spark's source would read the new topic from the old one's ``start``, skipping its first
+  records.  When none of the old topic's sessions is still open, nothing of it was lost, and the
+  partition is read again from its new first offset (``settle_recreated``); else it is a loss;
 - a partition new since the last batch is read from its earliest offset, which must be 0.
 
 Offsets that transaction markers and aborted records occupy are never read, but they are still in
@@ -32,7 +34,7 @@ from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 
 __all__ = ["DataLoss", "Offsets", "find_data_loss", "loss_reaching", "losses_from_json", "losses_to_json",
-           "offsets_from_log", "recreated_topics"]
+           "offsets_from_log", "offsets_without", "recreated_partitions", "settle_recreated"]
 
 #: Offsets per (topic, partition).
 Offsets = Mapping[tuple[str, int], int]
@@ -44,6 +46,21 @@ def offsets_from_log(text: str) -> dict[tuple[str, int], int]:
     lines = [line for line in text.lstrip("\x00").splitlines() if line.strip()]
     source = json.loads(lines[-1])
     return {(topic, int(p)): int(o) for topic, parts in source.items() for p, o in parts.items()}
+
+
+def offsets_without(text: str, partitions: Iterable[tuple[str, int]]) -> str:
+    """An offset-log file (``offsets_from_log``'s form) with ``partitions`` left out of the Kafka
+    source's offsets: Spark then takes them for partitions new since that batch, and reads them from
+    their earliest offset."""
+    dropped = set(partitions)
+    lines = text.lstrip("\x00").rstrip("\n").split("\n")
+    source = json.loads(lines[-1])
+    kept: dict[str, dict[str, int]] = {}
+    for topic, parts in source.items():
+        left = {p: o for p, o in parts.items() if (topic, int(p)) not in dropped}
+        if left:
+            kept[topic] = left
+    return "\n".join(lines[:-1] + [json.dumps(kept, separators=(",", ":"))])
 
 
 @dataclass(frozen=True)
@@ -98,21 +115,30 @@ def _lost(topic: str, partition: int, first: int, earliest: int) -> DataLoss:
                     f"gone from Kafka (the earliest offset still there is {earliest})")
 
 
+#: For some partitions, the sessions on each that are not ended or timed out (asked only when a
+#: partition is gone or created again, since it reads the tables).
+OpenSessions = Callable[[Iterable[tuple[str, int]]], Mapping[tuple[str, int], list[str]]]
+
+
+def _shown(sessions: list[str]) -> str:
+    return ", ".join(sessions[:3]) + (f" and {len(sessions) - 3} more" if len(sessions) > 3 else "")
+
+
 def find_data_loss(start: Offsets, end: Offsets, earliest: Mapping[tuple[str, int], int | None],
-                   open_sessions: Callable[[Iterable[tuple[str, int]]], Mapping[tuple[str, int], list[str]]],
-                   ) -> list[DataLoss]:
+                   open_sessions: OpenSessions, recreated: Iterable[tuple[str, int]] = ()) -> list[DataLoss]:
     """Each partition's loss in one micro-batch, in (topic, partition) order.
 
     ``earliest``: each partition of ``end``'s earliest offset in Kafka now (None when it is gone).
-    ``open_sessions``: for some partitions, the sessions on each that are not ended or timed out
-    (asked only when a partition is gone, since it reads the tables).
+    ``recreated``: partitions whose topic was created again (``recreated_partitions``), which
+    ``settle_recreated`` judges instead.
     """
+    skipped = set(recreated)
     found: dict[tuple[str, int], DataLoss] = {}
     gone = sorted(tp for tp in start if tp not in end or (earliest.get(tp) is None and end[tp] == start[tp]))
     for tp in sorted(end):
         topic, partition = tp
         now = earliest.get(tp)
-        if tp in gone:
+        if tp in gone or tp in skipped:
             continue
         if tp not in start:  # new since the last batch: read from its earliest offset
             if now is not None and now > 0:
@@ -124,12 +150,7 @@ def find_data_loss(start: Offsets, end: Offsets, earliest: Mapping[tuple[str, in
         first = start[tp]
         if first < 0:  # "earliest" or "latest" as given, not yet an offset: nothing read is missing
             continue
-        if end[tp] < first:
-            found[tp] = DataLoss(topic, partition, end[tp], None,
-                                 f"{topic}[{partition}] ends at offset {end[tp]}, before offset {first} where "
-                                 f"the last batch ended: the topic was deleted and created again, and its "
-                                 f"records up to offset {first} would be skipped")
-        elif now is None:
+        if now is None:
             found[tp] = DataLoss(topic, partition, first, None,
                                  f"{topic}[{partition}] was deleted while offsets from {first} were being read")
         elif now > first:
@@ -140,28 +161,53 @@ def find_data_loss(start: Offsets, end: Offsets, earliest: Mapping[tuple[str, in
             sessions = sorted(still_open.get(tp, ()))
             if sessions:
                 topic, partition = tp
-                shown = ", ".join(sessions[:3]) + (f" and {len(sessions) - 3} more" if len(sessions) > 3 else "")
                 found[tp] = DataLoss(topic, partition, start[tp], None,
                                      f"{topic}[{partition}] was deleted with {len(sessions)} session(s) not "
-                                     f"ended ({shown}): offsets from {start[tp]} on are gone")
+                                     f"ended ({_shown(sessions)}): offsets from {start[tp]} on are gone")
     return [found[tp] for tp in sorted(found)]
 
 
-def recreated_topics(start: Offsets, recorded_ids: Mapping[str, str], current_ids: Mapping[str, str]
-                     ) -> list[DataLoss]:
-    """The partitions of topics deleted and created again under their name since the last check.
+def recreated_partitions(start: Offsets, end: Offsets, recorded_ids: Mapping[str, str],
+                         current_ids: Mapping[str, str]) -> dict[tuple[str, int], str]:
+    """The partitions of topics deleted and created again under their name since the last check,
+    each with how it shows.
 
     Spark's source knows topics by name only: it reads a topic created again from where the old one
     ended, skipping the new one's records before that offset.  Kafka gives each topic a new id when
-    it is created, so a topic whose id differs from the one recorded at the last check, and that
-    the run had read past offset 0 of, is stopped on.
+    it is created, so a topic whose id differs from the one recorded at the last check shows it; so
+    does a partition that now ends before where the last batch ended.  Only partitions the run had
+    read past offset 0 of count: the new topic is read from its start there anyway.
     """
-    found = []
-    for (topic, partition), first in sorted(start.items()):
+    found = {}
+    for tp, first in sorted(start.items()):
+        topic, partition = tp
         was, now = recorded_ids.get(topic), current_ids.get(topic)
-        if was is not None and now is not None and was != now and first > 0:
-            found.append(DataLoss(topic, partition, 0, None,
-                                  f"{topic} was deleted and created again (its topic id changed) after the run "
-                                  f"read {topic}[{partition}] up to offset {first}: the new topic's records "
-                                  f"before that offset would be skipped"))
+        if first <= 0 or tp not in end:
+            continue
+        if was is not None and now is not None and was != now:
+            found[tp] = f"{topic} was deleted and created again (its topic id changed)"
+        elif end[tp] < first:
+            found[tp] = (f"{topic}[{partition}] ends at offset {end[tp]}, before offset {first} where the last "
+                         f"batch ended: the topic was deleted and created again")
     return found
+
+
+def settle_recreated(recreated: Mapping[tuple[str, int], str], start: Offsets, open_sessions: OpenSessions
+                     ) -> tuple[list[tuple[str, int]], list[DataLoss]]:
+    """What becomes of each partition created again: read again from its new first offset, when none
+    of the old topic's sessions there is still open (every record the run saw was processed, and
+    nothing more was to come of them), or a loss of what the old topic held past ``start``."""
+    if not recreated:
+        return [], []
+    still_open = open_sessions(sorted(recreated))
+    reread, losses = [], []
+    for tp, how in sorted(recreated.items()):
+        sessions = sorted(still_open.get(tp, ()))
+        if not sessions:
+            reread.append(tp)
+            continue
+        topic, partition = tp
+        losses.append(DataLoss(topic, partition, start[tp], None,
+                               f"{how} with {len(sessions)} session(s) not ended ({_shown(sessions)}): the old "
+                               f"topic's offsets from {start[tp]} on are gone"))
+    return reread, losses

@@ -19,7 +19,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from reconstructor.core.data_loss import (DataLoss, find_data_loss, losses_from_json, losses_to_json,
-                                          offsets_from_log, recreated_topics)
+                                          offsets_from_log, offsets_without, recreated_partitions,
+                                          settle_recreated)
 from reconstructor.core.state import SessionStatus
 from reconstructor.errors import ReconstructorError
 from reconstructor.kafka_admin import admin_client, librdkafka_settings
@@ -38,7 +39,8 @@ LOSSES_FILE = "reconstructor/losses.json"
 
 class KafkaLossCheck:
     """Called with a batch id once the batch's records were fetched: its losses, in (topic,
-    partition) order (an empty list when there is none)."""
+    partition) order (an empty list when there is none).  ``reread`` then holds the partitions of
+    topics created again that are to be read from their new first offset (``read_again``)."""
 
     def __init__(self, spark: SparkSession, checkpoint: str, output: str, bootstrap_servers: str,
                  kafka_options: Mapping[str, str]):
@@ -51,6 +53,7 @@ class KafkaLossCheck:
         self._recorded_ids: dict[str, str] | None = None
         self._seen_ids: dict[str, str] | None = None  # at the last check
         self._last_end: tuple[int, dict] | None = None  # the last checked batch's end offsets
+        self.reread: list[tuple[str, int]] = []
 
     def __call__(self, batch_id: int) -> list[DataLoss]:
         end = self._offsets(f"offsets/{batch_id}")
@@ -59,16 +62,29 @@ class KafkaLossCheck:
         else:
             start = self._offsets(f"offsets/{batch_id - 1}" if batch_id > 0 else "sources/0/0")
         self._last_end = (batch_id, end)
+        self.reread = []
         if end is None or start is None:
             return []  # not a Kafka offset log this check knows: Spark's own checks stand
-        losses = find_data_loss(start, end, self._earliest(end), self._open_sessions)
         current = self._topic_ids({t for t, _ in end})
-        losses += [d for d in recreated_topics(start, self._recorded(), current)
-                   if (d.topic, d.partition) not in {(x.topic, x.partition) for x in losses}]
+        recreated = recreated_partitions(start, end, self._recorded(), current)
+        losses = find_data_loss(start, end, self._earliest(end), self._open_sessions, recreated)
+        self.reread, lost = settle_recreated(recreated, start, self._open_sessions)
+        losses += lost
         self._seen_ids = current
-        if not losses:
+        if not losses and not self.reread:
             self.accept()
         return sorted(losses, key=lambda d: (d.topic, d.partition))
+
+    def read_again(self, batch_id: int) -> None:
+        """Have the query read ``reread`` from their new first offset when it starts again: batch
+        ``batch_id`` (planned, not committed) then runs again from a start that lacks them, and
+        Spark's source reads a partition it has no start for from its earliest offset."""
+        relative = f"offsets/{batch_id - 1}"
+        text = read_checkpoint_file(self.spark, self.checkpoint, relative)
+        if text is None or not self.reread:
+            raise ReconstructorError(f"cannot read {self.reread} again: the checkpoint has no {relative}")
+        write_checkpoint_file(self.spark, self.checkpoint, relative, offsets_without(text, self.reread))
+        self._last_end = None
 
     def accept(self) -> None:
         """The run goes on past the last check's losses (or there were none): the topic ids it saw

@@ -142,9 +142,9 @@ class DeltaSinks:
     #: Quarantine mode: where the losses the run goes on past are kept (``LossRegistry``); in fail
     #: mode (None) a loss stops the run.
     loss_registry: object | None = None
-    #: The losses newly recorded by the batch that stopped for them: the query starts again and
-    #: runs that batch with its sessions told (``reconstructor.errors.RunAgain``).
-    run_again: list = field(default_factory=list, init=False, repr=False)
+    #: Why the batch stopped to run again (losses newly recorded, a topic created again): the query
+    #: starts again from its checkpoint (``reconstructor.errors.RunAgain``).
+    run_again: RunAgain | None = field(default=None, init=False, repr=False)
     #: Per batch id, the last ``TIMINGS_KEPT`` written batches' phase timings.
     timings: dict[int, BatchTimings] = field(default_factory=dict, init=False, repr=False)
 
@@ -280,8 +280,13 @@ class DeltaSinks:
             if losses:
                 new = self.loss_registry.add(losses)
                 if new:
-                    self.run_again = new
-                    raise RunAgain(new)
+                    self.run_again = RunAgain.after_losses(new)
+                    raise self.run_again
+            if self.loss_check is not None and self.loss_check.reread:
+                self.run_again = RunAgain.to_reread(self.loss_check.reread)
+                self.loss_check.read_again(batch_id)
+                raise self.run_again
+            if losses:
                 self.loss_check.accept()
             if stats.records == 0 and not losses:
                 return  # a no-data batch (session timeouts found nothing): no Delta commit at all

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.core.data_loss import find_data_loss, offsets_from_log, recreated_topics
+from reconstructor.core.data_loss import (find_data_loss, offsets_from_log, offsets_without, recreated_partitions,
+                                          settle_recreated)
 from reconstructor.core.violations import ViolationKind
 
 T = "sensor-1"
@@ -60,12 +61,6 @@ def test_a_partition_deleted_after_the_batch_was_planned_with_nothing_to_read_is
     assert _loss({(T, 0): 10}, {(T, 0): 12}, {(T, 0): None}) == [(T, 0, 10, None)]
 
 
-def test_a_topic_created_again_whose_end_moved_back_would_skip_records_and_stops():
-    found = find_data_loss({(T, 0): 10}, {(T, 0): 4}, {(T, 0): 0}, _never_asked)
-    assert [(d.first, d.earliest) for d in found] == [(4, None)]
-    assert "deleted and created again" in found[0].detail
-
-
 @pytest.mark.parametrize("earliest, lost", [(0, []), (7, [(T, 2, 0, 7)])])
 def test_a_new_partition_is_read_from_offset_0_or_lost_up_to_its_earliest(earliest, lost):
     assert _loss({(T, 0): 10}, {(T, 0): 10, (T, 2): 9}, {(T, 0): 0, (T, 2): earliest}) == lost
@@ -77,12 +72,32 @@ def test_offsets_are_read_from_the_offset_log_and_the_initial_offsets_file():
     assert offsets_from_log('\x00v1\n{"sensor-1":{"0":0}}') == {("sensor-1", 0): 0}
 
 
-def test_a_topic_created_again_under_its_name_is_known_by_its_new_topic_id():
-    start = {(T, 0): 10, (T, 1): 0, ("other", 0): 5}
-    found = recreated_topics(start, {T: "id-1", "other": "id-9"}, {T: "id-2", "other": "id-9"})
+def test_a_topic_created_again_is_known_by_its_new_topic_id_or_by_its_end_moving_back():
+    start = {(T, 0): 10, (T, 1): 0, ("other", 0): 5, ("third", 0): 8}
+    end = {(T, 0): 12, (T, 1): 2, ("other", 0): 5, ("third", 0): 3}
+    found = recreated_partitions(start, end, {T: "id-1", "other": "id-9"}, {T: "id-2", "other": "id-9"})
     # Partition 1 was read up to offset 0: nothing of the new topic would be skipped there.
-    assert [(d.topic, d.partition, d.first, d.earliest) for d in found] == [(T, 0, 0, None)]
-    assert "deleted and created again (its topic id changed)" in found[0].detail
+    assert found == {(T, 0): f"{T} was deleted and created again (its topic id changed)",
+                     ("third", 0): "third[0] ends at offset 3, before offset 8 where the last batch ended: "
+                                   "the topic was deleted and created again"}
     # Nothing recorded yet (a first batch, a checkpoint of an earlier release), or the topic gone.
-    assert recreated_topics(start, {}, {T: "id-2"}) == []
-    assert recreated_topics(start, {T: "id-1"}, {}) == []
+    assert recreated_partitions({(T, 0): 10}, {(T, 0): 12}, {}, {T: "id-2"}) == {}
+    assert recreated_partitions({(T, 0): 10}, {}, {T: "id-1"}, {}) == {}
+    # The loss check leaves them to ``settle_recreated``.
+    assert find_data_loss(start, end, {tp: 0 for tp in end}, _never_asked, found) == []
+
+
+def test_a_topic_created_again_after_its_sessions_were_done_is_read_again_else_its_old_records_are_lost():
+    recreated = {(T, 0): f"{T} was deleted and created again (its topic id changed)", (T, 1): "how"}
+    reread, lost = settle_recreated(recreated, {(T, 0): 10, (T, 1): 4}, lambda parts: {(T, 1): ["s-1"]})
+    assert reread == [(T, 0)]
+    assert [(d.topic, d.partition, d.first, d.earliest) for d in lost] == [(T, 1, 4, None)]
+    assert lost[0].detail == "how with 1 session(s) not ended (s-1): the old topic's offsets from 4 on are gone"
+    assert settle_recreated({}, {}, _never_asked) == ([], [])
+
+
+def test_a_partition_left_out_of_the_offset_log_is_new_to_spark():
+    log = 'v1\n{"batchWatermarkMs":0,"conf":{"a":"b"}}\n{"sensor-1":{"0":2,"1":40},"sensor-2":{"0":7}}\n'
+    kept = offsets_without(log, [("sensor-1", 1), ("sensor-2", 0)])
+    assert kept.split("\n")[:2] == log.split("\n")[:2]
+    assert offsets_from_log(kept) == {("sensor-1", 0): 2}
