@@ -125,6 +125,8 @@ def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, ded
                                   stop=signals.request if signals is not None else None)
     finally:
         running.stop()
+        if progress is not None:
+            progress.end_line()
         recorded.update(running.sinks.recorded)
         if metrics is not None:  # the listener is told asynchronously: the last batches may be untold
             for p in running.recent_progress():

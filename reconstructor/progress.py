@@ -31,7 +31,8 @@ class CatchUpProgress:
         self.origin: dict[tuple[str, str], int] = {}
         if starting and starting.strip().startswith("{"):
             self.origin = {tp: off for tp, off in _flatten(starting).items() if off >= 0}
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.drawn = False  # a redrawn line is on the terminal, not ended yet
 
     def __call__(self, progress: dict) -> None:
         done = todo = 0
@@ -53,6 +54,14 @@ class CatchUpProgress:
                 f"{rate:,.0f} offsets/s, {('%.0fs' % left) if left != float('inf') else '?'} left")
         if self.tty:
             self.stream.write("\r" + line + "\033[K")
+            self.drawn = True
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def end_line(self) -> None:
+        """When the query stops: the lines printed after (a summary, a failure) start on their own."""
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
