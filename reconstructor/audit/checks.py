@@ -18,9 +18,8 @@ What is checked, and what cannot be:
   message that changed no row (an ``end``, an update without rows) or a record set aside in
   quarantine mode (a ``violations`` row of the session with that ``found_seq``), or a message lost
   before a resync snapshot: the first and the last leave no trace in any table, so such seqs are
-  counted in the summary, not failed.  A session with a
-  violation row may have resynced to a snapshot with a lower seq, which repeats seqs: for it only
-  a snapshot may repeat a seq, and ``last_seq`` is no bound;
+  counted in the summary, not failed.  No seq is logged twice, a resync's included: a resync
+  snapshot carries a seq past the last one applied;
 - the fold: ``row_changes`` of each session folded in Kafka order gives ``current_rows`` (the
   row ids and values) for an open session, no row for any other, and ``sessions.row_count``
   for every session;
@@ -131,7 +130,7 @@ class Verification:
             self.summary.sessions[r["status"]] = self.summary.sessions.get(r["status"], 0) + 1
         self._violations = self._rows(violations)
         self.summary.violations = len(self._violations)
-        # Sessions with a violation row that quarantined them: their seqs may go back at a resync.
+        # Sessions with a violation row that quarantined them (``_check_quarantine``).
         self._causes: dict = defaultdict(list)
         self._recorded_seqs: dict = defaultdict(set)
         for v in self._violations:
@@ -184,15 +183,13 @@ class Verification:
         if s is None:
             raise Found(Discrepancy(SESSIONS, "row_changes holds changes of this session; sessions has no row "
                                     "for it", topic, session, int(seqs[0])))
-        resynced = bool(self._causes.get((topic, session)))
         seen: dict[int, int] = {}
         for seq, offset, kind in zip(seqs.tolist(), offsets.tolist(), types.tolist()):
-            repeated = seq in seen or seq in s.seqs
-            if repeated and not (resynced and kind == "snapshot"):
+            if seq in seen or seq in s.seqs:
                 where = f"offsets {seen[seq]} and {offset}" if seq in seen else \
                     f"offset {offset} and in another hour partition"
                 raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} is logged twice ({where})", topic, session, seq))
-            if not resynced and (s.last_seq is None or seq > s.last_seq):
+            if s.last_seq is None or seq > s.last_seq:
                 raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} lies past the session's last_seq "
                                         f"{s.last_seq} in sessions", topic, session, seq))
             seen[seq] = offset

@@ -3,9 +3,11 @@
 In quarantine mode (``--on-violation quarantine``) a violation does not stop the query: the
 record is kept in the ``violations`` table, the session's status becomes ``quarantined`` (its rows
 leave ``current_rows``; its table stays in the state), and every later record of it is set aside,
-each recorded as ``SKIPPED``, until a well-formed snapshot on its partition (the violating record
-itself when it is a snapshot that came after a gap).  That snapshot resyncs it: the table becomes the snapshot (rows it dropped are deletes in ``row_changes``, so the change
-log still folds to the table) and the seq checks go on from the snapshot's seq.
+each recorded as ``SKIPPED``, until a well-formed snapshot on its partition with a seq past the
+last one applied (the violating record itself when it is a snapshot that came after a gap).  That
+snapshot resyncs it: the table becomes the snapshot (rows it dropped are deletes in
+``row_changes``, so the change log still folds to the table) and the seq checks go on from the
+snapshot's seq.
 
 Everything here is decided record by record in Kafka order from the carried state, so the tables
 and the recorded rows are the same whatever the micro-batch split.
@@ -65,10 +67,13 @@ def resyncs_at_once(df: pd.DataFrame, v: IntegrityViolation, state: SessionState
 
 
 def _first_resync(df: pd.DataFrame, msgs: pd.DataFrame, bad: pd.Series, state: SessionState) -> int:
-    """The position in ``msgs`` of the first well-formed snapshot on the session's partition,
-    else ``len(msgs)``."""
+    """The position in ``msgs`` of the first well-formed snapshot on the session's partition with a
+    seq past the last one applied, else ``len(msgs)``.  An older snapshot delivered again is old
+    data: resyncing to it would move the session back and let stale rows read as live."""
+    newer = (np.ones(len(msgs), dtype=bool) if state.last_seq is None
+             else pd.to_numeric(msgs["seq"], errors="coerce").gt(state.last_seq).to_numpy(dtype=bool, na_value=False))
     candidates = np.flatnonzero(msgs["type"].eq("snapshot").to_numpy() & bad.isna().to_numpy()
-                                & (msgs["partition"] == state.partition).to_numpy())
+                                & (msgs["partition"] == state.partition).to_numpy() & newer)
     for at in candidates:
         snapshot = rows_of(df, msgs.iloc[at:at + 1])
         if snapshot_problem(snapshot[snapshot["row_pos"].notna()]) is None:

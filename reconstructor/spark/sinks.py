@@ -409,7 +409,7 @@ class DeltaSinks:
 
     def _merge_current_rows(self, current: DataFrame) -> None:
         # The last change of each touched row in this batch; older batches are fenced off by the
-        # offset (a session lives in one partition; a resync snapshot may carry a lower seq).
+        # offset (a session lives in one partition).
         cols = column_names(CURRENT_ROWS_FIELDS, self.schema)
         source = current.withColumn("updated_at", F.col("event_ts")).select(*cols, "op")
         target = DeltaTable.forPath(self._writer(CURRENT_ROWS), self.path(CURRENT_ROWS))

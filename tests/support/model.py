@@ -163,7 +163,7 @@ class QuarantineModel:
 
     A violation is recorded and the session quarantined (an ended session stays ended: each later
     record is AFTER_END); while quarantined, records are SKIPPED until a well-formed snapshot
-    on its partition, which resyncs it.  A snapshot replacing a table built from a snapshot is
+    on its partition with a seq past the last applied one, which resyncs it.  A snapshot replacing a table built from a snapshot is
     compared with it (SNAPSHOT_DRIFT when they differ)."""
 
     strict: Model = field(default_factory=Model)
@@ -212,4 +212,5 @@ class QuarantineModel:
         ids = [r["id"] for r in m.rows]
         return (m.type == "snapshot" and m.error is None and (m.key is None or m.key == m.session)
                 and m.partition == self.strict.partition and len(set(ids)) == len(ids)
+                and (self.strict.last_seq is None or m.seq > self.strict.last_seq)
                 and all(r.get("op", "upsert") != "delete" for r in m.rows))

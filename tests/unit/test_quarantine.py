@@ -60,7 +60,8 @@ def faulty_stream(draw):
         if len(msgs) < 2:
             break
         i = draw(st.integers(0, len(msgs) - 2))
-        fault = draw(st.sampled_from(["drop", "repeat", "swap", "malformed", "key", "unknown_row", "lose_first"]))
+        fault = draw(st.sampled_from(["drop", "repeat", "swap", "malformed", "key", "unknown_row", "lose_first",
+                                      "stale_snapshot"]))
         if fault == "drop":
             del msgs[i + 1]
         elif fault == "repeat":
@@ -71,6 +72,8 @@ def faulty_stream(draw):
             msgs[i + 1] = Msg(**{**vars(msgs[i + 1]), "error": "seq must be an integer"})
         elif fault == "key":
             msgs[i + 1] = Msg(**{**vars(msgs[i + 1]), "key": "someone-else"})
+        elif fault == "stale_snapshot":  # an old snapshot delivered again, later
+            msgs.insert(i + 1, Msg(**vars(msgs[0])))
         elif fault == "unknown_row":
             msgs[i + 1] = Msg(**{**vars(msgs[i + 1]), "type": "update", "rows": [{"id": "nope", "op": "delete"}]})
         else:
@@ -157,6 +160,22 @@ def test_a_gap_quarantines_the_session_its_records_are_set_aside_and_the_next_sn
     # The resync snapshot drops b (a delete, so the change log still folds to the table).
     assert log == [(5, "b", "delete"), (5, "a", "upsert"), (5, "c", "upsert"), (6, "c", "upsert")]
     assert "1 missing ('b')" in recorded[1].detail and "1 extra ('c')" in recorded[1].detail
+
+
+def test_an_old_snapshot_delivered_again_never_resyncs_a_quarantined_session_to_its_older_seq():
+    a, b = {"temperature": 1.0}, {"temperature": 2.0}
+    msgs = gap_then_resync()[:3] + [
+        Msg(0, "snapshot", [{"id": "a", "values": a}, {"id": "b", "values": a}], offset=3),  # seq 0 again
+        Msg(1, "snapshot", [{"id": "a", "values": a}], offset=4),  # the last applied seq: old data too
+        Msg(4, "update", [{"id": "a", "values": a}], offset=5),
+        Msg(5, "snapshot", [{"id": "a", "values": b}], offset=6)]
+    for batches in ([msgs], [msgs[:4], msgs[4:]]):
+        state, log, recorded, _ = run(batches)
+        assert [(r.kind, r.offset) for r in recorded] == [
+            (ViolationKind.GAP, 2), (ViolationKind.SKIPPED, 3), (ViolationKind.SKIPPED, 4),
+            (ViolationKind.SKIPPED, 5), (ViolationKind.SNAPSHOT_DRIFT, 6)]
+        assert state.status == SessionStatus.OPEN and (state.last_seq, state.snapshot_seq) == (5, 5)
+        assert table_as_dict(state.table) == {"a": normalise_values(b)}
 
 
 def test_fail_mode_stops_on_the_same_stream_and_records_nothing():
