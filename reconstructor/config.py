@@ -48,6 +48,12 @@ class S3Config:
     path_style: bool = False
 
 
+# The longest duration a setting takes.  Each becomes a wait or a date: a timer's or a sleep's
+# wait ends at 292 years (nanoseconds in 64 bits), a date at the year 9999; a longer setting is a
+# typo, refused where it is read rather than an OverflowError in a thread or in Spark.
+LONGEST_DURATION = dt.timedelta(days=36500)
+
+
 class Duration(dt.timedelta):
     """A ``timedelta`` read from text ('90 seconds', '30s', '1 hour', '2h', '1.5 days').
 
@@ -70,8 +76,10 @@ class Duration(dt.timedelta):
         if unit is None:
             raise ValueError(f"not a duration: {text!r} (use e.g. '30 seconds', '10 minutes', '1 hour')")
         # Whole milliseconds, the finest unit the settings are used in.
-        ms = int(float(m.group(1)) * (cls._UNITS[unit] / dt.timedelta(milliseconds=1)))
-        self = super().__new__(cls, milliseconds=ms)
+        ms = float(m.group(1)) * (cls._UNITS[unit] / dt.timedelta(milliseconds=1))
+        if ms > LONGEST_DURATION / dt.timedelta(milliseconds=1):
+            raise ValueError(f"too long: {text!r} (at most {duration_text(LONGEST_DURATION)}, about 100 years)")
+        self = super().__new__(cls, milliseconds=int(ms))
         self.text = text
         return self
 

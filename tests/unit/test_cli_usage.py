@@ -91,6 +91,34 @@ def test_a_zero_duration_is_refused_with_one_line_naming_the_flag(tmp_path, monk
     assert not (tmp_path / "chk" / "offsets").exists()
 
 
+# A duration longer than any wait can be (a timer's, a sleep's, a date's) is a typo, refused
+# before anything starts rather than an OverflowError in a thread or in Spark.
+@pytest.mark.parametrize("flag_or_setting, value", [
+    ("--trigger", "999999999999999 days"),
+    ("--trigger", "1000000000 days"),
+    ("--session-timeout", "99999999999999999999 ms"),
+    ("--state-retention", "1" + "0" * 400 + " days"),
+    ("--compact-every", "1000000 days"),
+    ("--restart-backoff", "999999999999999 hours"),
+    ("compact_grace", "999999999999 minutes"),
+    ("vacuum_retention", "999999999999999 days"),
+])
+def test_a_duration_too_long_to_wait_is_refused_with_one_line_naming_the_flag(tmp_path, monkeypatch, capsys,
+                                                                             flag_or_setting, value):
+    monkeypatch.chdir(tmp_path)
+    if flag_or_setting.startswith("--"):
+        args = _run_args(tmp_path, flag_or_setting, value)
+        flag = flag_or_setting
+    else:
+        (tmp_path / "c.toml").write_text(f'{flag_or_setting} = "{value}"\n')
+        args = _run_args(tmp_path, "--config", str(tmp_path / "c.toml"))
+        flag = "--grace" if flag_or_setting == "compact_grace" else "--" + flag_or_setting.replace("_", "-")
+    code, lines = _main(capsys, *args)
+    assert code == 2, lines
+    assert len(lines) == 1 and flag in lines[0] and value in lines[0] and "too long" in lines[0], lines
+    assert not (tmp_path / "chk" / "offsets").exists()
+
+
 def test_a_zero_grace_is_accepted_an_hour_closes_right_at_its_end(tmp_path, monkeypatch, capsys):
     # Validation passes the durations and stops at the next check, the unwritable output.
     monkeypatch.chdir(tmp_path)
