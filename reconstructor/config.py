@@ -34,6 +34,11 @@ _DESCRIPTOR_WORDS = frozenset({"location", "path", "file", "type", "provider", "
 _COMPOUNDS = {("key", "store"): "keystore", ("trust", "store"): "truststore",
               ("key", "manager"): "keymanager", ("trust", "manager"): "trustmanager"}
 REDACTED = "***"
+# A Java system property inside a value ("spark.driver.extraJavaOptions" = "-Xss8m -Dapp.password=x"):
+# its value is a secret when its name is one, as a setting's is.  A quoted value, or a quoted
+# option ("-Dapp.password=x y"), may hold spaces.
+_SYSTEM_PROPERTY = re.compile(r"""(?<!\S)(?P<quote>["'])?(?P<head>-D(?P<name>[^\s=]+)=)"""
+                              r"""(?(quote)(?:(?!(?P=quote)).)*|(?:"[^"]*"|'[^']*'|\S*))""")
 
 # Kafka client settings that may come from the environment (RECON_KAFKA_SASL_MECHANISM, ...).
 _KAFKA_ENV = re.compile(r"^RECON_KAFKA_((SECURITY|SASL|SSL)_[A-Z0-9_]+)$")
@@ -212,6 +217,9 @@ def _redact(value, key: str = ""):
         return {k: _redact(v, k) for k, v in value.items()}
     if value is not None and is_secret(key):
         return REDACTED
+    if isinstance(value, str):
+        return _SYSTEM_PROPERTY.sub(lambda m: (m["quote"] or "") + m["head"] + REDACTED
+                                    if is_secret(m["name"]) else m[0], value)
     return value
 
 

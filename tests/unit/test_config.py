@@ -133,6 +133,25 @@ def test_config_show_redacts_exactly_the_settings_whose_value_is_a_secret(tmp_pa
     assert config.is_secret(name) == secret
 
 
+def test_config_show_redacts_the_secret_system_properties_inside_a_value(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[spark]\n"
+                 "\"spark.driver.extraJavaOptions\" = \"-Xss8m -Djavax.net.ssl.keyStorePassword=ks-1b9e "
+                 "-Dapp.db.password='pw 2c7f' -Djavax.net.ssl.keyStore=/etc/ks.jks -Dapp.secret=\\\"sc 3d1a\\\"\"\n"
+                 "\"spark.executor.extraJavaOptions\" = \"-Dapi.token=tk-4e8b -Dapp.mode=fast\"\n")
+    cfg = config.load(str(f), env={})
+    text = cfg.to_toml()
+    for secret in ("ks-1b9e", "pw 2c7f", "sc 3d1a", "tk-4e8b"):
+        assert secret not in text, text
+    shown = cfg.redacted()["spark"]
+    assert shown["spark.driver.extraJavaOptions"] == (
+        "-Xss8m -Djavax.net.ssl.keyStorePassword=*** -Dapp.db.password=*** "
+        "-Djavax.net.ssl.keyStore=/etc/ks.jks -Dapp.secret=***")
+    assert shown["spark.executor.extraJavaOptions"] == "-Dapi.token=*** -Dapp.mode=fast"
+    assert config._redact("'-Dapp.password=a b' x-Dtoken=1", "spark.opts") == "'-Dapp.password=***' x-Dtoken=1"
+    assert "-Dapp.db.password='pw 2c7f'" in cfg.spark["spark.driver.extraJavaOptions"]  # still passed through
+
+
 def test_no_scalar_setting_is_redacted():
     text = config.Config(output="/out", topic_pattern="sensor-.*", bootstrap_servers="h:1").to_toml()
     assert config.REDACTED not in text
