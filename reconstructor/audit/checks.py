@@ -39,6 +39,7 @@ import pandas as pd
 from reconstructor.audit.fold import ChangeFold, as_arrow, same_value
 from reconstructor.audit.seq_runs import SeqRuns
 from reconstructor.core.state import SessionStatus
+from reconstructor.core.violations import printable
 from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
 
 SKIPPED, DRIFT = "SKIPPED", "SNAPSHOT_DRIFT"
@@ -57,9 +58,11 @@ class Discrepancy:
     row_id: str | None = None
 
     def line(self) -> str:
-        named = [f"{k}={v}" for k, v in (("topic", self.topic), ("session", self.session),
-                                          ("seq", self.seq), ("row", self.row_id)) if v is not None]
-        return " ".join(["VERIFY FAILED", self.table, *named]) + f": {self.detail}"
+        """One line whatever the ids and values hold: a newline or an escape in a session id would
+        split the line or drive the terminal."""
+        named = [f"{k}={printable(str(v))}" for k, v in (("topic", self.topic), ("session", self.session),
+                                                          ("seq", self.seq), ("row", self.row_id)) if v is not None]
+        return " ".join(["VERIFY FAILED", self.table, *named]) + f": {printable(self.detail)}"
 
 
 @dataclass

@@ -173,6 +173,14 @@ def test_a_duplicated_change_row_is_named(tables):
                             "at partition 0 offset 11 row_pos 0 is logged twice")
 
 
+def test_a_discrepancy_line_shows_control_characters_in_its_ids_escaped_on_one_line():
+    found = Discrepancy("current_rows", "a row of a session that is end\x1b[2Jed in sessions",
+                        topic="sensor-\x00", session="s1\nVERIFY OK", seq=4, row_id="r\u00e9\t\x1b[31m\u2028")
+    assert found.line() == ("VERIFY FAILED current_rows topic=sensor-\\x00 session=s1\\nVERIFY OK seq=4 "
+                            "row=r\u00e9\\t\\x1b[31m\\u2028: a row of a session that is end\\x1b[2Jed in sessions")
+    assert found.line().isprintable()
+
+
 def test_a_change_row_copied_into_another_hour_is_found_by_its_seq(tables):
     changes, sessions, current = tables
     copied = changes[changes["seq"] == 5].assign(hour="h-other")
