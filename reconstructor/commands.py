@@ -209,7 +209,7 @@ def replay(args) -> int:
         cfg.checkpoint = f"{cfg.output.rstrip('/')}/_checkpoints/replay-{uuid.uuid4().hex[:8]}"
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
     if args.from_offsets:
-        offsets = validate.starting_offsets(args.from_offsets)
+        offsets = validate.offsets_within(validate.starting_offsets(args.from_offsets), cfg.topic_pattern)
     elif args.from_timestamp:
         offsets = replay_plan.offsets_for_timestamp(cfg, args.from_timestamp)
     else:

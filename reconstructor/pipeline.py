@@ -213,6 +213,7 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
         starting_offsets=cfg.starting_offsets,
         max_offsets_per_trigger=cfg.max_offsets_per_trigger,
         kafka_options=dict(cfg.kafka),
+        assign_offsets=dedupe_changes,  # a replay reads exactly the partitions its plan names
     )
     out = reconstruct(parse_records(raw, schema, keep_values=policy.quarantine), schema,
                       session_timeout_ms=_ms(cfg.session_timeout),

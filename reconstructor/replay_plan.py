@@ -53,7 +53,8 @@ def offsets_from_last_snapshot(spark, cfg: Config) -> str:
     """Per partition, the smallest snapshot offset of its open sessions (from the sessions table).
 
     Partitions of matching topics with no open session there start at the earliest offset: their
-    sessions never reached a table (or ended), and a replay is idempotent."""
+    sessions never reached a table (or ended), and a replay is idempotent.  Sessions of other
+    topics, or of partitions gone from Kafka, plan nothing."""
     try:
         rows = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
                 .where(f"status = '{SessionStatus.OPEN.value}'").groupBy("topic", "partition")
@@ -63,8 +64,9 @@ def offsets_from_last_snapshot(spark, cfg: Config) -> str:
                                  f"{error_line(exc)}") from None
     offsets: dict[str, dict[str, int]] = {
         topic: {str(p): -2 for p in parts} for topic, parts in partitions(cfg).items()}
-    for r in rows:
-        offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["min(snapshot_offset)"])
+    for r in rows:  # the matching topics' partitions that Kafka still has
+        if str(r["partition"]) in offsets.get(r["topic"], {}):
+            offsets[r["topic"]][str(r["partition"])] = int(r["min(snapshot_offset)"])
     if not offsets:
         raise ReconstructorError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
     return json.dumps(offsets, sort_keys=True)

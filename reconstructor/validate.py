@@ -49,6 +49,18 @@ def starting_offsets(value: str) -> str:
     return value
 
 
+def offsets_within(value: str, topic_pattern: str, flag: str = "--from") -> str:
+    """JSON offsets whose every topic ``topic_pattern`` matches (a replay assigns exactly those
+    partitions; a topic outside the pattern is most likely a typo)."""
+    from reconstructor.spark.source import anchored
+
+    pattern = re.compile(anchored(topic_pattern))
+    outside = sorted(t for t in json.loads(value) if not pattern.match(t))
+    if outside:
+        raise UsageError(f"{flag} names {', '.join(outside)}, which --topic-pattern {topic_pattern!r} does not match")
+    return value
+
+
 def state_outlasts_timeout(state_retention: dt.timedelta, session_timeout: dt.timedelta) -> None:
     if state_retention <= session_timeout:
         raise UsageError(f"--state-retention {duration_text(state_retention)!r} must be longer than "

@@ -1,7 +1,9 @@
-"""Spark's own Kafka source, subscribed by an anchored topic regex."""
+"""Spark's own Kafka source, subscribed by an anchored topic regex (or, for a replay from given
+offsets, assigned exactly the partitions it names)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Mapping
 
@@ -52,6 +54,7 @@ def kafka_stream(
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     kafka_options: Mapping[str, str] | None = None,
+    assign_offsets: bool = False,
 ) -> DataFrame:
     """A streaming DataFrame of Kafka records (key, value, topic, partition, offset, timestamp).
 
@@ -59,15 +62,22 @@ def kafka_stream(
     its sensor was done, so ``reconstructor.spark.data_loss`` decides, before each batch writes.
     ``kafka_options`` are passed through as ``kafka.<name>`` (SASL/SSL settings, for instance)
     and win over the defaults in ``CONSUMER_DEFAULTS``, never over ``CONSUMER_FIXED``.
+
+    ``assign_offsets`` (replays): JSON ``starting_offsets`` name the partitions read, all of them
+    and no other (Spark's ``assign``); a subscription would have to name every partition it matches.
     """
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
-        .option("subscribePattern", anchored(topic_pattern))
         .option("startingOffsets", starting_offsets)
         .option("failOnDataLoss", "false")
         .option("includeHeaders", "false")
     )
+    if assign_offsets and starting_offsets not in ("earliest", "latest"):
+        named = json.loads(starting_offsets)
+        reader = reader.option("assign", json.dumps({t: sorted(int(p) for p in parts) for t, parts in named.items()}))
+    else:
+        reader = reader.option("subscribePattern", anchored(topic_pattern))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
     options = {**CONSUMER_DEFAULTS, **{k.removeprefix("kafka."): v for k, v in (kafka_options or {}).items()},

@@ -4,6 +4,8 @@ stream carries on from the replay's checkpoint and the replaced checkpoint is re
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from reconstructor.cli import main as cli_main
@@ -80,3 +82,44 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
                      "--checkpoint", chk, "--compact-every", "off"])
     assert code == 2
     assert "reconstructor replay" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_replay_from_named_partitions_reads_those_alone_and_from_last_snapshot_only_matching_topics(
+        stack, spark, run_id, tmp_path, capsys):
+    """``replay --from`` with one partition of a pattern that matches more reads exactly that
+    partition (the README's own example); ``--from-last-snapshot`` plans only the topics that
+    ``--topic-pattern`` matches, whatever else the sessions table holds."""
+    spec = FleetSpec(topic_prefix=f"rn{run_id}-sensor-", sensors=2, sessions_per_sensor=6, rows=5,
+                     updates=12, seed=19, end_sessions=False)
+    messages = produce(spec, list(plan_fleet(spec)), 2)
+    bootstrap = stack.bootstrap_servers()
+    out, pattern = str(tmp_path / "out"), f"rn{run_id}-sensor-[0-9]+"
+    run(spark, pattern, out, str(tmp_path / "chk"))
+    where = {(r.topic, r.session): r.partition for r in read_table(spark, out, "sessions").collect()}
+    # A topic whose sessions keyed onto both partitions (each session's partition is its key's hash).
+    topic = next(t for t in spec.topics() if {p for (tt, _), p in where.items() if tt == t} == {0, 1})
+    other = next(t for t in spec.topics() if t != topic)
+    on_p0 = {s for (t, s), p in where.items() if (t, p) == (topic, 0)}
+
+    named = str(tmp_path / "named")
+    code = cli_main(["replay", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", named,
+                     "--checkpoint", str(tmp_path / "chk-named"), "--from", f'{{"{topic}": {{"0": 0}}}}'])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert {(r.topic, r.session) for r in read_table(spark, named, "sessions").collect()} == \
+        {(topic, s) for s in on_p0}
+    want = {k: t for k, t in expected_all(messages, NAMES).items() if k[0] == topic and k[1] in on_p0}
+    assert replayed_tables(spark, named, NAMES) == want
+
+    # A topic --topic-pattern does not match is no partition to assign: refused before Spark starts.
+    code = cli_main(["replay", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--output", named,
+                     "--checkpoint", str(tmp_path / "chk-other"), "--from", f'{{"{other}": {{"0": 0}}}}'])
+    assert code == 2
+    assert "--topic-pattern" in capsys.readouterr().err.strip().splitlines()[-1]
+
+    capsys.readouterr()
+    code = cli_main(["replay", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--output", out,
+                     "--checkpoint", str(tmp_path / "chk-last"), "--from-last-snapshot"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("replaying from "))
+    planned = json.loads(line.removeprefix("replaying from ").split(" into ")[0])
+    assert set(planned) == {topic}
