@@ -40,6 +40,11 @@ def kafka_down(bootstrap: str) -> ReconstructorError:
                               "(and that the broker is up)")
 
 
+def kafka_refuses(bootstrap: str, protocol: str, reason: str) -> ReconstructorError:
+    return ReconstructorError(f"Kafka at {bootstrap} answers, but the handshake with security.protocol "
+                              f"{protocol} fails ({reason}): check the [kafka] security settings")
+
+
 def endpoint_address(endpoint: str) -> tuple[str, int]:
     """Host and port of an S3 endpoint URL (S3A also takes one without a scheme: HTTPS)."""
     parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from reconstructor.errors import UsageError
@@ -80,13 +80,49 @@ def admin_client(bootstrap: str, **conf):
     return AdminClient({"bootstrap.servers": bootstrap, "logger": _Silent(), **conf})
 
 
+class SecurityRefused(KafkaException):
+    """A broker answered, but the TLS or SASL handshake with it failed: ``reason`` is librdkafka's
+    (it names no secret)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+_SECURITY_CODES = frozenset({KafkaError._SSL, KafkaError._AUTHENTICATION})
+# A connection that failed in the handshake, not before: TLS, SASL, or a protocol the listener
+# does not speak ("connecting to a PLAINTEXT broker listener?", "... to a SSL listener?").
+_HANDSHAKE = re.compile(r"SSL|SASL|security\.protocol|in state (?:SSL_HANDSHAKE|AUTH_\w+)\)")
+_AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)$")
+
+
+def security_failure(errors) -> str | None:
+    """The reason of the handshake failure among a client's errors (``KafkaError``), the most
+    telling first; None when the connections failed before any handshake (no broker answered)."""
+    found = [e for e in errors if e.code() in _SECURITY_CODES or _HANDSHAKE.search(e.str())]
+    if not found:
+        return None
+    best = min(found, key=lambda e: (e.code() not in _SECURITY_CODES, "handshake failed" not in e.str()))
+    return _AFTER.sub("", best.str())
+
+
 def broker_metadata(bootstrap: str, timeout_s: float, conf: Mapping[str, str] | None = None):
-    """Cluster metadata, or raises ``confluent_kafka.KafkaException`` when no broker answers.
+    """Cluster metadata, or raises ``confluent_kafka.KafkaException`` when no broker answers,
+    ``SecurityRefused`` when one answers but the handshake with ``conf``'s security fails.
 
     ``conf``: librdkafka settings (see ``librdkafka_settings``)."""
-    client = client_or_usage_error(admin_client, bootstrap,
-                                   **{"socket.timeout.ms": int(timeout_s * 1000), **(conf or {})})
-    return client.list_topics(timeout=timeout_s)
+    errors: list = []
+    client = client_or_usage_error(admin_client, bootstrap, **{
+        "socket.timeout.ms": int(timeout_s * 1000), "error_cb": errors.append, **(conf or {})})
+    try:
+        return client.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        failed = exc
+    client.poll(0)  # the connections' errors, told to error_cb
+    reason = security_failure(errors)
+    # Raised outside the handler: the failure's line must not carry list_topics' "Failed to get
+    # metadata", which reads as a broker that does not answer.
+    raise SecurityRefused(reason) if reason is not None else failed
 
 
 def client_or_usage_error(make, *args, **conf):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from reconstructor.config import SAFE_VACUUM_RETENTION, duration_text
 from reconstructor.errors import UsageError
-from reconstructor.failures import endpoint_address, kafka_down, s3_endpoint_down
-from reconstructor.kafka_admin import broker_metadata
+from reconstructor.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
+from reconstructor.kafka_admin import SecurityRefused, broker_metadata, librdkafka_settings
 from reconstructor.schema import RowSchema, SchemaError
 
 
@@ -110,13 +110,24 @@ def kafka_options(options: dict[str, str]) -> None:
 
 
 def broker_reachable(bootstrap: str, kafka_options: dict[str, str], timeout_s: float = 10.0) -> None:
-    """Ask the broker for metadata before Spark starts (skipped when SASL/SSL is configured)."""
-    if any(k.startswith(("security", "sasl", "ssl")) for k in kafka_options):
+    """Ask the broker for metadata before Spark starts, with the stream's security settings as
+    librdkafka names them: a connection without them would fail, or pass, where the stream's
+    would not.  Left to Spark when one has no librdkafka equivalent (a JKS truststore, Kerberos)."""
+    try:
+        conf = librdkafka_settings(kafka_options)
+    except UsageError:
         return
     try:
-        broker_metadata(bootstrap, timeout_s)
+        broker_metadata(bootstrap, timeout_s, conf)
+        return
+    except UsageError:  # librdkafka rejects a setting: the line names it
+        raise
+    except SecurityRefused as exc:
+        refused = exc.reason
     except Exception:  # KafkaException: transport failure, all brokers down
         raise kafka_down(bootstrap) from None
+    # Outside the handler: no "Failed to get metadata" cause, which reads as a broker down.
+    raise kafka_refuses(bootstrap, conf.get("security.protocol", "PLAINTEXT"), refused)
 
 
 def s3_endpoint_reachable(endpoint: str | None, *locations: str | None, timeout_s: float = 5.0) -> None:
