@@ -103,6 +103,26 @@ def _timed(write: Callable[[], None]) -> Callable[[], float]:
     return timed
 
 
+def _history_point(side: str) -> str:
+    """Where a session record stands in its session's history, as a SQL pair: its last applied
+    offset (none yet: -1), then its status in the order a session passes through them at one
+    offset (open, then timed out, then quarantined; an end is applied at its own offset)."""
+    rank = " ".join(f"WHEN '{s.value}' THEN {i}" for i, s in enumerate(
+        (SessionStatus.OPEN, SessionStatus.TIMED_OUT, SessionStatus.QUARANTINED, SessionStatus.ENDED)))
+    return f"coalesce({side}.last_offset, -1)", f"CASE {side}.status {rank} END"
+
+
+def _at_or_after() -> str:
+    (s_offset, s_rank), (t_offset, t_rank) = _history_point("source"), _history_point("target")
+    return f"({s_offset} > {t_offset} OR ({s_offset} = {t_offset} AND {s_rank} >= {t_rank}))"
+
+
+#: A session record that is at or after the ``sessions`` row's point in the session's history: only
+#: such a record replaces the row (a re-run of a batch is at it; a replay into the tables, or a run
+#: behind one, is before it until it catches up).
+AHEAD = _at_or_after()
+
+
 def _session_column(field: SessionField) -> Column:
     """A ``sessions`` column from a session record: its partition column, else its info's field (a
     time from epoch microseconds)."""
@@ -308,6 +328,12 @@ class DeltaSinks:
                 self._append_violations(recorded, batch_id)
                 self.recorded[batch_id] = Recorded(stats.recorded - stats.drifts, stats.sessions_set_aside,
                                                    stats.drifts)
+            # Sessions the tables hold at a later point (a replay into them, or a run behind one):
+            # their rows stay as they are, and the sessions MERGE keeps their row too.
+            behind = self._sessions_behind(sessions)
+            if behind is not None:
+                current = current.join(behind, ["topic", "session"], "left_anti")
+                sessions = sessions.join(behind, ["topic", "session"], "left_anti")
             appended = time.perf_counter()
             tables = dict(zip((CURRENT_ROWS, SESSIONS), side_by_side(
                 self.spark,
@@ -432,6 +458,20 @@ class DeltaSinks:
          .whenMatchedDelete(condition="target.offset <= source.offset")
          .execute())
 
+    def _sessions_behind(self, sessions: DataFrame) -> DataFrame | None:
+        """The (topic, session) keys of this batch's sessions that the ``sessions`` table holds at a
+        later point of their history (``AHEAD``), else None: read once, before the tables are
+        written, so the two MERGEs judge alike."""
+        batch = sessions.select("topic", "session", F.col(f"{SESSION_INFO}.last_offset").alias("last_offset"),
+                                F.col(f"{SESSION_INFO}.status").alias("status"))
+        table = (self.spark.read.format("delta").load(self.path(SESSIONS))
+                 .select("topic", "session", "last_offset", "status"))
+        keys = (batch.alias("source").join(table.alias("target"), ["topic", "session"])
+                .where(~F.expr(AHEAD)).select("topic", "session").collect())
+        if not keys:
+            return None
+        return self.spark.createDataFrame([tuple(k) for k in keys], "topic STRING, session STRING")
+
     def _merge_sessions(self, sessions: DataFrame) -> None:
         source = sessions.select(
             "topic", "session", *[_session_column(f) for f in SESSION_FIELDS],
@@ -442,8 +482,7 @@ class DeltaSinks:
         target = DeltaTable.forPath(self._writer(SESSIONS), self.path(SESSIONS))
         (target.alias("target").merge(source.alias("source"),
                                       "target.topic = source.topic AND target.session = source.session")
-         .whenMatchedUpdate(condition="source.last_offset >= target.last_offset OR "
-                                      f"target.status <> '{SessionStatus.OPEN.value}'", set=assign)
+         .whenMatchedUpdate(condition=AHEAD, set=assign)
          .whenNotMatchedInsertAll()
          .execute())
 
