@@ -6,6 +6,7 @@ Spark types for parsing and the Delta column types, so the four can never disagr
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -32,11 +33,22 @@ _SPARK_DDL = {
     "timestamp": "TIMESTAMP",
 }
 
-#: Column names the pipeline itself uses in its tables; a row column may not shadow them.
-RESERVED = frozenset({
-    "topic", "partition", "offset", "session", "seq", "type", "row_id", "op", "event_ts",
-    "kafka_ts", "hour", "updated_at",
-})
+
+@functools.cache
+def reserved_names() -> frozenset[str]:
+    """The names of the columns that sit beside the row columns, lower-case: in the tables that
+    hold row columns, the stateful step's records, the core's frames and the parse's.  Spark's
+    column names ignore case, so a row column named as one of them, in any case, would make every
+    reference to either ambiguous.  Read from the lists that define those columns."""
+    from reconstructor import output
+    from reconstructor.core import frames
+    from reconstructor.spark.parse import ROW_STAGE_COLUMNS
+
+    names = {field[0] for fields in (output.RECORD_FIELDS, output.ROW_CHANGES_FIELDS, output.CURRENT_ROWS_FIELDS)
+             for field in fields if field is not output.ROW_VALUES}
+    names |= {*frames.INPUT, frames.VALUE, *frames.CHANGE, *ROW_STAGE_COLUMNS}
+    return frozenset(n.lower() for n in names)
+
 
 DEFAULT_SCHEMA = "demo_sensor"
 
@@ -85,20 +97,23 @@ class RowSchema:
         if not isinstance(data, dict) or not isinstance(data.get("columns"), list):
             raise SchemaError(f"{source}: a row schema is an object with a 'columns' list")
         cols = []
-        seen = set()
+        seen: dict[str, str] = {}  # lower-case name -> the name as first written
         for i, col in enumerate(data["columns"]):
             if not isinstance(col, dict) or not isinstance(col.get("name"), str):
                 raise SchemaError(f"{source}: column {i} needs a 'name'")
             name, typ = col["name"], col.get("type")
             if typ not in TYPES:
                 raise SchemaError(f"{source}: column {name!r} has type {typ!r}; use one of {', '.join(TYPES)}")
-            if name in RESERVED:
-                raise SchemaError(f"{source}: column name {name!r} is reserved by the pipeline")
+            if name.lower() in reserved_names():
+                raise SchemaError(f"{source}: column name {name!r} is reserved: the pipeline has a column "
+                                  f"{name.lower()!r} of its own beside the row columns (names ignore case)")
             if not name.isidentifier():
                 raise SchemaError(f"{source}: column name {name!r} must be a plain identifier")
-            if name in seen:
-                raise SchemaError(f"{source}: column {name!r} appears twice")
-            seen.add(name)
+            if name.lower() in seen:
+                first = seen[name.lower()]
+                raise SchemaError(f"{source}: column {name!r} appears twice"
+                                  + (f" (as {first!r}: names ignore case)" if first != name else ""))
+            seen[name.lower()] = name
             cols.append(Column(name, typ))
         if not cols:
             raise SchemaError(f"{source}: a row schema needs at least one column")

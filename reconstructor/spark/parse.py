@@ -45,6 +45,12 @@ ROW_FIELDS = ("id", "op", "values")
 # walks every row, which costs more than parsing the JSON itself.
 SCALAR_ENVELOPE_FIELDS = ("session", "seq", "type", "ts")
 SCALAR_ROW_FIELDS = ("id", "op")
+#: The parse's own columns that share a frame with the row columns (besides the core's ``INPUT``):
+#: a row column of one of these names would make each reference to it ambiguous, so none may take
+#: one (``reconstructor.schema.reserved_names``).
+ROW_STAGE_COLUMNS = ("group_session", "bad_key", "bad_value", "msg_ok", "env_error", "row_pair",
+                     "row_variant", "typed_row", "row_fields", *(f"json_type_{f}" for f in SCALAR_ROW_FIELDS),
+                     "has_values", "op_raw", "values_fields", "unknown_row_field", "unknown_column")
 _INTEGER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT')"
 _NUMBER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT', 'FLOAT', 'DOUBLE')"
 # The times the pipeline carries: pandas holds a time as int64 nanoseconds since 1970 (about

@@ -119,6 +119,19 @@ def test_a_duration_too_long_to_wait_is_refused_with_one_line_naming_the_flag(tm
     assert not (tmp_path / "chk" / "offsets").exists()
 
 
+@pytest.mark.parametrize("column", ["row_pos", "Topic", "value"])
+def test_a_row_schema_column_named_as_the_pipelines_own_is_refused_with_one_line(tmp_path, monkeypatch, capsys,
+                                                                                column):
+    monkeypatch.chdir(tmp_path)
+    schema = tmp_path / "mine.json"
+    schema.write_text('{"name": "mine", "columns": [{"name": "temperature", "type": "double"}, '
+                      f'{{"name": "{column}", "type": "string"}}]}}')
+    code, lines = _main(capsys, *_run_args(tmp_path, "--row-schema", str(schema)))
+    assert code == 2, lines
+    assert len(lines) == 1 and f"column name '{column}' is reserved" in lines[0] and str(schema) in lines[0], lines
+    assert not (tmp_path / "chk" / "offsets").exists()
+
+
 def test_a_zero_grace_is_accepted_an_hour_closes_right_at_its_end(tmp_path, monkeypatch, capsys):
     # Validation passes the durations and stops at the next check, the unwritable output.
     monkeypatch.chdir(tmp_path)
