@@ -54,6 +54,8 @@ def offsets_within(value: str, topic_pattern: str, flag: str = "--from") -> str:
     partitions; a topic outside the pattern is most likely a typo)."""
     from reconstructor.spark.source import anchored
 
+    if value in ("earliest", "latest"):
+        return value
     pattern = re.compile(anchored(topic_pattern))
     outside = sorted(t for t in json.loads(value) if not pattern.match(t))
     if outside:

@@ -18,6 +18,8 @@ WRITER_PROPERTY = "reconstructor.writer"
 REPLAYS_PROPERTY = "reconstructor.replays"
 #: How many replays the tables remember.
 REPLAYS_KEPT = 20
+#: The key of a batch's record in the ``userMetadata`` of each Delta commit it makes.
+BATCH_METADATA_KEY = "reconstructor"
 
 
 @dataclass(frozen=True)
@@ -93,3 +95,44 @@ def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> s
     by = f"query {', '.join(others)}" if others else "another checkpoint"
     return (f"the tables under {output} hold data written by {by} and {whose}: use "
             f"`reconstructor replay` into them (it de-duplicates) or choose another --output")
+
+
+def batch_metadata(query_id: str, batch_id: int, end_offsets) -> str:
+    """What each Delta commit of a batch records (its ``userMetadata``): the writer, the batch, and
+    the Kafka offsets it read up to, so a takeover can be held to them in the same transaction as
+    the writes."""
+    offsets: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(end_offsets.items()):
+        offsets.setdefault(topic, {})[str(partition)] = int(offset)
+    return json.dumps({BATCH_METADATA_KEY: {"query": query_id, "batch": batch_id, "offsets": offsets}},
+                      separators=(",", ":"))
+
+
+def offsets_in_metadata(text: str | None, query_id: str) -> dict[tuple[str, int], int] | None:
+    """The offsets a commit's ``userMetadata`` records for ``query_id``'s batch, else None (another
+    writer's commit, a compaction, or a commit of an earlier version)."""
+    try:
+        record = json.loads(text)[BATCH_METADATA_KEY] if text else None
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(record, dict) or record.get("query") != query_id:
+        return None
+    return {(topic, int(p)): int(o) for topic, parts in record.get("offsets", {}).items() for p, o in parts.items()}
+
+
+def takeover_refusal(writer: str, written, checkpoint: CheckpointState, reached, output: str) -> str | None:
+    """Why a run on ``checkpoint`` (a replay's) must not take over from the tables' ``writer``,
+    or None: each partition the writer ``written`` up to must be ``reached`` by the checkpoint's
+    committed batches, or the run would append again what the writer wrote past it."""
+    behind = {tp: (at, reached.get(tp)) for tp, at in written.items()
+              if reached.get(tp) is None or reached[tp] < at}
+    if not behind:
+        return None
+    (topic, partition), (at, mine) = min(behind.items())
+    where = (f"{topic}[{partition}] up to offset {at}, which the checkpoint never read" if mine is None
+             else f"{topic}[{partition}] up to offset {at}, the checkpoint to {mine} ({at - mine:,} behind)")
+    more = f" and {len(behind) - 1} more partition(s)" if len(behind) > 1 else ""
+    return (f"the tables under {output} were written further by their writer, query {writer}, than the "
+            f"checkpoint {checkpoint.location} reached: {where}{more}; run on the writer's own checkpoint, "
+            f"or replay into the tables (it de-duplicates)")
+

@@ -54,6 +54,8 @@ class KafkaLossCheck:
         self._seen_ids: dict[str, str] | None = None  # at the last check
         self._last_end: tuple[int, dict] | None = None  # the last checked batch's end offsets
         self.reread: list[tuple[str, int]] = []
+        #: The checked batch's end offsets (None when its offset log is not one this check knows).
+        self.batch_end: dict | None = None
 
     def __call__(self, batch_id: int) -> list[DataLoss]:
         end = self._offsets(f"offsets/{batch_id}")
@@ -62,6 +64,7 @@ class KafkaLossCheck:
         else:
             start = self._offsets(f"offsets/{batch_id - 1}" if batch_id > 0 else "sources/0/0")
         self._last_end = (batch_id, end)
+        self.batch_end = end
         self.reread = []
         if end is None or start is None:
             return []  # not a Kafka offset log this check knows: Spark's own checks stand

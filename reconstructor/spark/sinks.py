@@ -33,8 +33,9 @@ from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
-from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, refusal, replays_of,
-                                       with_replay)
+from reconstructor.core.data_loss import offsets_from_log
+from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, batch_metadata,
+                                       offsets_in_metadata, refusal, replays_of, takeover_refusal, with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, RunAgain, UsageError, error_line
 from reconstructor.metrics import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.core.state import SessionStatus
@@ -44,6 +45,7 @@ from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES
                                   VIOLATIONS_DDL, VIOLATIONS_FIELDS, RecordKind, SessionField, column_names,
                                   current_rows_ddl, row_changes_ddl, table_path)
 from reconstructor.schema import RowSchema
+from reconstructor.spark.checkpoint import read_checkpoint_file
 from reconstructor.spark.compaction import compact_live_tables
 from reconstructor.spark.transactions import IdempotentDml, side_by_side, spark_like
 
@@ -51,6 +53,10 @@ from reconstructor.spark.transactions import IdempotentDml, side_by_side, spark_
 LIVE_COMPACTION_EVERY = 50
 # How long a batch waits for ``set_query_id`` (called right after ``writer.start()`` returns).
 QUERY_ID_WAIT_S = 600
+
+# How many of a table's latest commits a takeover searches for its writer's last batch (a replay,
+# compactions and a second table write of a batch commit in between).
+HISTORY_SEARCHED = 200
 
 # How many batches' phase timings a run keeps (``DeltaSinks.timings``).
 TIMINGS_KEPT = 100
@@ -152,6 +158,8 @@ class DeltaSinks:
     _query_started: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _recorded: dict[str, TableState] = field(default_factory=dict, init=False, repr=False)
     _claimed: bool = field(default=False, init=False, repr=False)
+    #: The running batch's record in each of its commits (``batch_metadata``).
+    _metadata: str | None = field(default=None, init=False, repr=False)
     #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
     recorded: dict[int, "Recorded"] = field(default_factory=dict, init=False, repr=False)
     #: Told each written batch's counts (``reconstructor.metrics``), from the same aggregation.
@@ -176,8 +184,41 @@ class DeltaSinks:
         states = self._table_states()
         self._recorded = {t.name: t for t in states}
         reason = refusal(checkpoint, states, self.output, replay=self.dedupe_changes)
+        if reason is None and not self.dedupe_changes:
+            reason = self._takeover_refusal(checkpoint, states)
         if reason is not None:
             raise UsageError(reason)
+
+    def _takeover_refusal(self, checkpoint, states: list[TableState]) -> str | None:
+        """A run on a replay's checkpoint takes over only at or past where the tables' writer got
+        to on every partition (tables of an earlier version record no offsets: not checked)."""
+        writers = {t.writer for t in states if t.has_data and t.writer not in (None, checkpoint.query_id)
+                   and checkpoint.query_id in t.replays}
+        if not writers:
+            return None
+        writer = writers.pop()
+        written: dict = {}
+        for name in TABLES:
+            for offsets in self._recorded_offsets(name, writer):
+                for tp, o in offsets.items():
+                    written[tp] = max(o, written.get(tp, o))
+        if not written:
+            return None
+        text = (read_checkpoint_file(self.spark, checkpoint.location, f"offsets/{checkpoint.last_committed}")
+                if checkpoint.last_committed is not None else None)
+        reached = offsets_from_log(text) if text else {}
+        return takeover_refusal(writer, written, checkpoint, reached, self.output)
+
+    def _recorded_offsets(self, name: str, writer: str) -> list[dict]:
+        """The offsets that ``writer``'s last commit among the table's recent ones records."""
+        path = self.path(name)
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            return []
+        for r in DeltaTable.forPath(self.spark, path).history(HISTORY_SEARCHED).select("userMetadata").collect():
+            found = offsets_in_metadata(r.userMetadata, writer)
+            if found is not None:
+                return [found]
+        return []
 
     def _table_states(self) -> list[TableState]:
         """Each existing table's writer and whether it holds data, from its Delta log alone."""
@@ -315,6 +356,8 @@ class DeltaSinks:
                 raise IntegrityViolationError(self.violation)
             self.await_tables()
             self._record_writer()
+            end = getattr(self.loss_check, "batch_end", None)
+            self._metadata = batch_metadata(self.query_id, batch_id, end or {})
             changes = batch.filter(_is(RecordKind.CHANGE))
             current = batch.filter((_is(RecordKind.CHANGE) & F.col("is_latest")) | _is(RecordKind.CURRENT))
             sessions = (batch.filter(_is(RecordKind.SESSION))
@@ -407,6 +450,7 @@ class DeltaSinks:
         (out.write.format("delta").mode("append")
             .option("txnAppId", f"{self.app_id}-{ROW_CHANGES}")
             .option("txnVersion", batch_id)
+            .option("userMetadata", self._metadata)
             .save(self.path(ROW_CHANGES)))
 
     def _append_violations(self, recorded: DataFrame, batch_id: int) -> None:
@@ -431,6 +475,7 @@ class DeltaSinks:
         (out.write.format("delta").mode("append")
             .option("txnAppId", f"{self.app_id}-{VIOLATIONS}")
             .option("txnVersion", batch_id)
+            .option("userMetadata", self._metadata)
             .save(self.path(VIOLATIONS)))
 
     def _merge_current_rows(self, current: DataFrame) -> None:
@@ -489,4 +534,4 @@ class DeltaSinks:
     def _txn(self, batch_id: int, table: str, step: str = ""):
         """Idempotency for one Delta transaction on ``table``; ``step`` tells apart a second one
         on the same table in the same batch."""
-        return IdempotentDml(self._writer(table), f"{self.app_id}-{table}{step}", batch_id)
+        return IdempotentDml(self._writer(table), f"{self.app_id}-{table}{step}", batch_id, self._metadata)

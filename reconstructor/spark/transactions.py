@@ -14,6 +14,10 @@ from pyspark.sql import SparkSession
 from pyspark.util import inheritable_thread_target
 
 
+#: Delta's setting for the ``userMetadata`` of every commit made on a SparkSession.
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
 def spark_like(spark: SparkSession) -> SparkSession:
     """A SparkSession on the same context with the same runtime SQL settings (``newSession`` alone
     starts from the context's conf, without settings made since)."""
@@ -36,17 +40,22 @@ def side_by_side(spark: SparkSession, *writes) -> list:
 
 class IdempotentDml:
     """Delta's idempotent-DML settings for one MERGE (or DELETE) on ``spark``, reset afterwards:
-    a re-run of the same (``app_id``, ``version``) is skipped by Delta."""
+    a re-run of the same (``app_id``, ``version``) is skipped by Delta.  ``user_metadata`` goes
+    into the commit's ``commitInfo`` (``reconstructor.core.writer.batch_metadata``)."""
 
-    def __init__(self, spark: SparkSession, app_id: str, version: int):
+    def __init__(self, spark: SparkSession, app_id: str, version: int, user_metadata: str | None = None):
         self.spark, self.app_id, self.version = spark, app_id, version
+        self.user_metadata = user_metadata
 
     def __enter__(self):
         self.spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
         self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(self.version))
+        if self.user_metadata is not None:
+            self.spark.conf.set(USER_METADATA, self.user_metadata)
         return self
 
     def __exit__(self, *exc):
         self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
         self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        self.spark.conf.unset(USER_METADATA)
         return False

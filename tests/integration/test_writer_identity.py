@@ -108,3 +108,32 @@ def test_replay_with_the_main_config_leaves_the_main_checkpoint_alone(stack, spa
     again = cli("run", "--config", str(config))
     assert again.returncode == 0, again.stderr[-2000:]
     assert_exact(spark, main_out, messages, NAMES)
+
+
+def test_a_run_on_a_replays_checkpoint_behind_the_writer_is_refused_naming_how_far_behind(
+        stack, spark, run_id, tmp_path, capsys):
+    """A replay's checkpoint takes over as writer only at or past where the writer got to: each
+    batch's commits record its offsets.  Behind, it would append again what the writer wrote."""
+    from reconstructor.cli import main as cli_main
+
+    spec, messages, half = _fleet(f"wstale{run_id}-sensor-")
+    pattern, bootstrap = f"wstale{run_id}-sensor-[0-9]+", stack.bootstrap_servers()
+    out, chk, replay_chk = str(tmp_path / "out"), str(tmp_path / "chk"), str(tmp_path / "chk-replay")
+    produce(spec, messages[:half], 2)
+    run(spark, pattern, out, chk)
+    code = cli_main(["replay", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
+                     "--checkpoint", replay_chk, "--from", "earliest"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    produce(spec, messages[half:], 2, create=False)
+    run(spark, pattern, out, chk)  # the writer goes on past the replay
+    before = table_versions(spark, out)
+
+    capsys.readouterr()
+    code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
+                     "--checkpoint", replay_chk, "--compact-every", "off"])
+    assert code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"reconstructor: the tables under {out} were written further by their writer, query ")
+    assert f"than the checkpoint {replay_chk} reached: {spec.topics()[0]}[" in line and " behind)" in line
+    assert table_versions(spark, out) == before
+    assert_exact(spark, out, messages, NAMES)

@@ -3,7 +3,8 @@ of `replay` use: pure decisions, no broker, no Spark."""
 
 import pytest
 
-from reconstructor.core.writer import CheckpointState, TableState, last_batch, query_id_of, refusal
+from reconstructor.core.writer import (CheckpointState, TableState, batch_metadata, last_batch, offsets_in_metadata,
+                                       query_id_of, refusal, takeover_refusal)
 from reconstructor.errors import UsageError
 from reconstructor.kafka_admin import librdkafka_settings
 
@@ -98,3 +99,25 @@ def test_a_setting_librdkafka_rejects_is_a_usage_error_naming_it():
     with pytest.raises(UsageError) as err:
         client_or_usage_error(admin_client, "127.0.0.1:1", **{"no.such.setting": "x"})
     assert "no.such.setting" in str(err.value)
+
+
+def test_a_batch_records_its_writer_and_offsets_in_each_commit_and_only_its_writers_are_read():
+    meta = batch_metadata("q-1", 7, {("sensor-1", 0): 1200, ("sensor-1", 1): 40, ("sensor-2", 0): 3})
+    assert offsets_in_metadata(meta, "q-1") == {("sensor-1", 0): 1200, ("sensor-1", 1): 40, ("sensor-2", 0): 3}
+    assert offsets_in_metadata(meta, "q-2") is None
+    assert offsets_in_metadata(None, "q-1") is None and offsets_in_metadata("not json", "q-1") is None
+    assert offsets_in_metadata('{"other": 1}', "q-1") is None
+
+
+def test_a_takeover_behind_the_writer_on_any_partition_is_refused_naming_it_and_by_how_much():
+    chk = CheckpointState("s3a://b/chk-replay", "q-replay", 4)
+    written = {("sensor-1", 0): 1200, ("sensor-1", 1): 40, ("sensor-2", 0): 3}
+    assert takeover_refusal("q-run", written, chk, {**written, ("sensor-3", 0): 9}, "out") is None
+    assert takeover_refusal("q-run", written, chk, {tp: o + 1 for tp, o in written.items()}, "out") is None
+    reason = takeover_refusal("q-run", written, chk, {("sensor-1", 0): 800, ("sensor-1", 1): 40}, "out")
+    assert reason == ("the tables under out were written further by their writer, query q-run, than the "
+                      "checkpoint s3a://b/chk-replay reached: sensor-1[0] up to offset 1200, the checkpoint to "
+                      "800 (400 behind) and 1 more partition(s); run on the writer's own checkpoint, or replay "
+                      "into the tables (it de-duplicates)")
+    lacks = takeover_refusal("q-run", {("sensor-2", 0): 3}, chk, {("sensor-1", 0): 1300}, "out")
+    assert "sensor-2[0] up to offset 3, which the checkpoint never read" in lacks
