@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--state-retention", metavar="DURATION")
     _add_integrity_flags(replay)
     _add_unsafe_vacuum_flag(replay)
+    _add_lease_flag(replay)
     _add_metrics_flags(replay)
 
     compact = sub.add_parser("compact", help="OPTIMIZE closed hours and VACUUM, for schedulers",
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_unsafe_vacuum_flag(compact)
     compact.add_argument("--min-files", type=int, default=4, metavar="N",
                          help="compact an hour only when it has more files than this (default 4)")
+    _add_lease_flag(compact)
 
     state = sub.add_parser("state", help="print a session's table from the streaming checkpoint",
                            formatter_class=_fmt,
@@ -206,9 +208,15 @@ def _add_stream_flags(p: argparse.ArgumentParser) -> None:
                         "from its checkpoint (default 5 with an interval trigger, 0 with available-now)")
     p.add_argument("--restart-backoff", metavar="DURATION",
                    help="wait before the first restart, doubling each attempt up to 1 minute (default 2 seconds)")
+    _add_lease_flag(p)
     _add_integrity_flags(p)
     _add_unsafe_vacuum_flag(p)
     _add_metrics_flags(p)
+
+
+def _add_lease_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lease-ttl", metavar="DURATION",
+                   help="the output's writer lease: how long a crashed driver still holds it (default 2 minutes)")
 
 
 def _add_metrics_flags(p: argparse.ArgumentParser) -> None:

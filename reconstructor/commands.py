@@ -79,6 +79,36 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
     after a transient failure (the checks before Spark starts run once: a restart only starts).
     SIGINT and SIGTERM (``signals``) stop it, never to restart (``StopRequest``)."""
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
+    lease = _writer_lease(cfg, "replay" if dedupe_changes else "run", cfg.checkpoint)
+    try:
+        return _stream_leased(cfg, app, progress, metrics, dedupe_changes=dedupe_changes, restarts=restarts,
+                              signals=signals, lease=lease)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _writer_lease(cfg: Config, command: str, checkpoint: str | None):
+    """The output's writer lease, taken (``reconstructor.lease``); None on a file system that
+    keeps none, with a warning."""
+    from reconstructor.lease import WriterLease, lease_store
+
+    store = lease_store(cfg.output, cfg.s3)
+    if store is None:
+        print(f"reconstructor: warning: no writer lease on {cfg.output} (one is kept on s3a://, s3:// and "
+              f"local outputs): make sure no other driver writes it", file=sys.stderr, flush=True)
+        return None
+    validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
+    lease = WriterLease(store, command, checkpoint, cfg.lease_ttl.total_seconds())
+    try:
+        lease.acquire(cfg.output)
+    except ReconstructorError as exc:
+        raise explain(exc, cfg) from None
+    return lease
+
+
+def _stream_leased(cfg: Config, app: str, progress, metrics: MetricsExport | None, *, dedupe_changes: bool,
+                   restarts: Restarts | None, signals: StopSignals, lease) -> int:
     spark = _spark(cfg, app, signals)
     if metrics is not None:  # one listener for the process: restarted queries report to it too
         from reconstructor.spark.listener import MetricsListener
@@ -88,7 +118,8 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
     recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
     while True:
         try:
-            _query(spark, cfg, restarts, progress, recorded, dedupe_changes, metrics, signals)
+            _query(spark, cfg, restarts, progress, recorded, dedupe_changes, metrics, signals,
+                   lease.check if lease is not None else None)
             break
         except RunAgain as again:  # not a failure: the batch runs again from the checkpoint
             print(f"reconstructor: {again}", file=sys.stderr, flush=True)
@@ -109,11 +140,11 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
 
 
 def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool,
-           metrics: MetricsExport | None = None, signals: StopSignals | None = None) -> None:
+           metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease_check=None) -> None:
     from reconstructor.pipeline import start
 
     running = start(spark, cfg, dedupe_changes=dedupe_changes,
-                    on_counts=metrics.count if metrics is not None else None)
+                    on_counts=metrics.count if metrics is not None else None, lease_check=lease_check)
     report = progress or functools.partial(_log_progress, running.sinks.recorded)
 
     def on_progress(p: dict) -> None:
@@ -231,12 +262,29 @@ def compact(args) -> int:
     cfg = from_args(args)
     validate.require(cfg, "output")
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
+    from reconstructor.lease import WriterLease, lease_store
     from reconstructor.spark.compaction import Compactor
 
-    spark = _spark(cfg, "reconstructor-compact")
-    report = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
-                       retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1),
-                       min_files=args.min_files).run()
+    store = lease_store(cfg.output, cfg.s3)
+    if store is not None:
+        validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
+        try:
+            live = WriterLease(store, "compact", None, cfg.lease_ttl.total_seconds()).holder()
+        except ReconstructorError as exc:
+            raise explain(exc, cfg) from None
+        if live is not None:  # a run's in-stream compaction does the work (or another compact does)
+            print(f"nothing to do: the output {cfg.output} is being written by {live.describe()}"
+                  + (", whose in-stream compaction compacts it" if live.command != "compact" else ""))
+            return 0
+    lease = _writer_lease(cfg, "compact", None)
+    try:
+        spark = _spark(cfg, "reconstructor-compact")
+        report = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
+                           retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1),
+                           min_files=args.min_files).run()
+    finally:
+        if lease is not None:
+            lease.release()
     for line in report.lines():
         print(line)
     return 0

@@ -150,6 +150,9 @@ class Config:
     # trigger, none for available-now.  The wait before the first, doubling up to a minute.
     restart_attempts: int | None = None
     restart_backoff: dt.timedelta = Duration("2 seconds")
+    # The writer lease on the output (``reconstructor.lease``): how long a driver that stopped
+    # renewing it (crashed) holds it; renewed every quarter of it.
+    lease_ttl: dt.timedelta = Duration("2 minutes")
     shuffle_partitions: int | None = None
     master: str | None = None
     # The folder ``make jars`` fills (Spark's jars in its ``spark/`` subfolder); unset, the
@@ -273,7 +276,7 @@ _DURATIONS = {"trigger": ("--trigger", False), "session_timeout": ("--session-ti
               "state_retention": ("--state-retention", False),
               "compact_every": ("--compact-every", False), "compact_grace": ("--grace", True),
               "vacuum_retention": ("--vacuum-retention", False),
-              "restart_backoff": ("--restart-backoff", False)}
+              "restart_backoff": ("--restart-backoff", False), "lease_ttl": ("--lease-ttl", False)}
 
 
 def _parse_durations(cfg: Config) -> None:

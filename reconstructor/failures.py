@@ -19,13 +19,15 @@ _S3_CREDENTIALS = "s3.access_key and s3.secret_key (RECON_S3_ACCESS_KEY, RECON_S
 _S3_URI = re.compile(r"s3a://([a-z0-9][a-z0-9.\-]*[a-z0-9])(/[^\s`'\":]*)?")
 _CONNECT_TO = re.compile(r"Connect to ([^\s\[]+)")
 _NO_BUCKET = ("NoSuchBucket", "UnknownStoreException", "The specified bucket does not exist")
-_NO_CREDENTIALS = ("NoAuthWithAWSException", "No AWS Credentials provided", "Unable to load credentials")
+_NO_CREDENTIALS = ("NoAuthWithAWSException", "No AWS Credentials provided", "Unable to load credentials",
+                   "Unable to locate credentials")  # the last: boto3's (the writer lease)
 _REFUSED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Status Code: 403",
             "Forbidden")
 _UNREACHABLE = ("Connection refused", "UnknownHostException", "Unable to execute HTTP request",
                 "connect timed out", "No route to host", "Name or service not known",
                 # An endpoint that accepts connections but never answers: the SDK's call timeout.
-                "ApiCallTimeoutException", "ApiCallAttemptTimeoutException")
+                "ApiCallTimeoutException", "ApiCallAttemptTimeoutException",
+                "Could not connect to the endpoint URL")  # boto3's (the writer lease)
 _KAFKA_DOWN = ("Timed out waiting for a node assignment", "Failed to get metadata",
                "Broker transport failure", "Timeout expired while fetching topic metadata")
 

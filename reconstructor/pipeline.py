@@ -85,6 +85,8 @@ class RunningPipeline:
                 raise IntegrityViolationError(self.sinks.violation) from None
             if self.sinks.run_again is not None:
                 raise self.sinks.run_again from None
+            if self.sinks.stopped_by is not None:
+                raise self.sinks.stopped_by from None
             if stop is not None and stop.requested:  # the engine stopped under the signal
                 raise stop.stopped(abandoned=True) from None
             raise ReconstructorError(f"the streaming query failed: {error_line(exc, limit=500)}") from exc
@@ -186,7 +188,8 @@ def _bounded(call, seconds: float, stop: StopRequest | None = None) -> None:
 
 
 def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
-          dedupe_changes: bool = False, vacuum_in_stream: bool = True, on_counts=None) -> RunningPipeline:
+          dedupe_changes: bool = False, vacuum_in_stream: bool = True, on_counts=None,
+          lease_check=None) -> RunningPipeline:
     """Start the query ``cfg`` describes (and its compactor, when ``cfg.compact_every`` is set).
 
     Replays pass ``dedupe_changes``: they insert a row change only if the output lacks it, write
@@ -200,7 +203,7 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
     sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes, on_counts=on_counts,
                        loss_check=KafkaLossCheck(spark, cfg.checkpoint, cfg.output, cfg.bootstrap_servers,
                                                  cfg.kafka),
-                       loss_registry=registry)
+                       loss_registry=registry, lease_check=lease_check)
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
     sinks.check_writer(checkpoint_state(spark, cfg.checkpoint))
     # Existing tables take the row schema's new columns; a change that would lose data is refused.

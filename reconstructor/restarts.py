@@ -45,9 +45,12 @@ def transient(exc: BaseException) -> bool:
     """Whether a start from the same checkpoint may succeed where this failure happened.
 
     A violation is in the data and a usage error in the settings: both fail again the same way.
+    A lost writer lease means another driver writes the output now.
     A signal (SIGINT, SIGTERM), an interrupt or SystemExit is the operator's wish to stop."""
+    from reconstructor.lease import LeaseLost
+
     return isinstance(exc, Exception) and not isinstance(
-        exc, (IntegrityViolationError, UsageError, StoppedBySignal))
+        exc, (IntegrityViolationError, UsageError, StoppedBySignal, LeaseLost))
 
 
 def continuous(trigger) -> bool:

@@ -170,6 +170,11 @@ class DeltaSinks:
     #: Quarantine mode: where the losses the run goes on past are kept (``LossRegistry``); in fail
     #: mode (None) a loss stops the run.
     loss_registry: object | None = None
+    #: Checked before each micro-batch writes (``WriterLease.check``): raises once this driver no
+    #: longer holds the output's writer lease.
+    lease_check: Callable[[], None] | None = None
+    #: The error a batch stopped on that is not the engine's (a lost lease), reported as it is.
+    stopped_by: Exception | None = field(default=None, init=False, repr=False)
     #: Why the batch stopped to run again (losses newly recorded, a topic created again): the query
     #: starts again from its checkpoint (``reconstructor.errors.RunAgain``).
     run_again: RunAgain | None = field(default=None, init=False, repr=False)
@@ -355,6 +360,12 @@ class DeltaSinks:
                 self.violation = IntegrityViolation.from_json(stats.violation)
                 raise IntegrityViolationError(self.violation)
             self.await_tables()
+            if self.lease_check is not None:
+                try:
+                    self.lease_check()
+                except Exception as exc:
+                    self.stopped_by = exc
+                    raise
             self._record_writer()
             end = getattr(self.loss_check, "batch_end", None)
             self._metadata = batch_metadata(self.query_id, batch_id, end or {})

@@ -25,7 +25,9 @@ def _start(bootstrap, pattern, out, chk, log):
     return subprocess.Popen(
         [sys.executable, "-u", "-m", "reconstructor", "run", "--bootstrap-servers", bootstrap,
          "--topic-pattern", pattern, "--output", out, "--checkpoint", chk, "--trigger", "1 second",
-         "--max-offsets-per-trigger", "150", "--compact-every", "off"],
+         "--max-offsets-per-trigger", "150", "--compact-every", "off",
+         # the killed run's writer lease expires soon: its successor on the checkpoint waits it out
+         "--lease-ttl", "4 seconds"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

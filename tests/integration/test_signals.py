@@ -98,7 +98,9 @@ def _assert_one_line(text: str, sig: signal.Signals, proc) -> str:
 
 
 def test_sigterm_and_sigint_stop_a_continuous_run_with_one_line_and_the_next_run_is_exact(
-        stack, spark, run_id, tmp_path):
+        stack, spark, run_id, tmp_path, capsys):
+    from reconstructor.cli import main as cli_main
+
     spec = FleetSpec(topic_prefix=f"sig{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=20,
                      updates=200, rows_per_update=2, resync_every=80, end_sessions=True, seed=11)
     messages = list(plan_fleet(spec))
@@ -132,6 +134,18 @@ def test_sigterm_and_sigint_stop_a_continuous_run_with_one_line_and_the_next_run
     try:
         _await("two batches committed", lambda: max(_committed(chk)) > after_sigterm + 1, proc, err,
                poll_s=0.2)
+        # One writing driver per output: a replay into the live run's output is refused before
+        # it starts Spark, and the hourly compact job leaves the work to the run's compaction.
+        code = cli_main(["replay", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output",
+                         str(out), "--checkpoint", str(tmp_path / "chk-replay"), "--from", "earliest"])
+        assert code == 2
+        refused = capsys.readouterr().err.strip().splitlines()[-1]
+        assert refused.startswith(f"reconstructor: the output {out} is being written by a run of the checkpoint "
+                                  f"{chk} on "), refused
+        assert cli_main(["compact", "--output", str(out)]) == 0
+        compacted = capsys.readouterr().out.strip()
+        assert compacted.startswith(f"nothing to do: the output {out} is being written by a run of the "
+                                    f"checkpoint {chk} on ") and compacted.endswith("in-stream compaction compacts it")
         _await("no batch in flight", lambda: max(_planned(chk)) == max(_committed(chk)), proc, err)
         text, took = _signal_and_wait(proc, signal.SIGINT, err)
     finally:

@@ -1,0 +1,88 @@
+"""One writing driver per output: the lease a driver holds while it writes the tables.
+
+Delta's log store on S3 assumes a single driver commits: two drivers writing one output lose each
+other's commits, and two first runs on new tables would both append.  So ``run``, ``replay`` and
+``compact`` hold a lease on the output while they write it: a small object beside the tables,
+replaced only by a conditional write (on S3 a conditional PUT, ``If-None-Match``/``If-Match``),
+renewed while the driver lives, and taken by another driver only once it has expired.
+
+This module is the verdict, pure: what a driver does on finding a lease.  Storing it is
+``reconstructor.lease``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+from dataclasses import asdict, dataclass, replace
+
+__all__ = ["Lease", "LeaseVerdict", "verdict"]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who writes an output, until when (epoch seconds; 0: released)."""
+
+    command: str  # run, replay, compact
+    checkpoint: str | None  # the writer's checkpoint (compact has none)
+    host: str
+    pid: int
+    token: str  # this holder's, unique: a renewal must find its own
+    expires_at: float
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Lease | None":
+        """The lease in ``text``; None for text that holds none (unreadable text is no lease a
+        driver could be relying on: it never wrote one)."""
+        try:
+            data = json.loads(text)
+            return cls(str(data["command"]), data.get("checkpoint"), str(data["host"]), int(data["pid"]),
+                       str(data["token"]), float(data["expires_at"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def renewed(self, now: float, ttl_s: float) -> "Lease":
+        return replace(self, expires_at=now + ttl_s)
+
+    def released(self) -> "Lease":
+        return replace(self, expires_at=0.0)
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at <= now
+
+    def describe(self) -> str:
+        """The holder as a refusal names it."""
+        of = f" of the checkpoint {self.checkpoint}" if self.checkpoint else ""
+        until = dt.datetime.fromtimestamp(self.expires_at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"a {self.command}{of} on {self.host} (pid {self.pid}), its lease renewed until {until}"
+
+
+class LeaseVerdict(enum.Enum):
+    TAKE = "take"  # none held, released, expired, or this holder's own
+    WAIT = "wait"  # held by a previous driver of this same writer: a restart after a crash
+    REFUSE = "refuse"  # another writer is live
+
+
+def verdict(current: Lease | None, me: Lease, now: float) -> LeaseVerdict:
+    """What ``me`` does on finding ``current``.
+
+    A driver restarted on the same checkpoint by the same command (a scheduler's retry after a
+    crash) waits for the dead one's lease to expire rather than fail, and a stream waits for a
+    ``compact`` to finish (it takes minutes, and the stream's own compaction would do the same);
+    any other live holder is another writer, refused at once."""
+    if current is None or current.expired(now) or current.token == me.token:
+        return LeaseVerdict.TAKE
+    if current.command == "compact" and me.command != "compact":
+        return LeaseVerdict.WAIT
+    if current.command == me.command and current.checkpoint is not None and \
+            _same(current.checkpoint, me.checkpoint):
+        return LeaseVerdict.WAIT
+    return LeaseVerdict.REFUSE
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a.rstrip("/") == b.rstrip("/")

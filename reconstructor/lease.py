@@ -1,0 +1,245 @@
+"""The output's writer lease, stored beside the tables and replaced only by conditional writes.
+
+``LeaseStore`` is the interface: read the lease with a version, write one only if the version is
+still the one read.  ``S3LeaseStore`` does it with S3's conditional PUT (``If-None-Match: *`` to
+create, ``If-Match: <etag>`` to replace), ``FileLeaseStore`` with a lock file on a local path.
+``WriterLease`` takes the lease for a command, renews it from a thread while the command runs,
+and tells the sink, before each micro-batch writes, whether it still holds it.
+
+No lease can stop a driver that was paused (a long GC, a frozen VM) past its expiry from making
+one more commit once it wakes, before its next check: the README says what else guards that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Protocol
+from urllib.parse import urlparse
+
+from reconstructor.config import S3Config
+from reconstructor.core.lease import Lease, LeaseVerdict, verdict
+from reconstructor.errors import ReconstructorError, UsageError
+
+__all__ = ["FileLeaseStore", "LeaseLost", "LeaseStore", "S3LeaseStore", "WriterLease", "lease_store"]
+
+log = logging.getLogger("reconstructor")
+
+#: The lease's object under the output root, beside the tables.
+LEASE_NAME = "_reconstructor/writer.lease"
+
+
+class LeaseLost(ReconstructorError):
+    """The driver no longer holds the output's lease: it stops before its next write."""
+
+
+class LeaseStore(Protocol):
+    """Where an output's lease lives."""
+
+    location: str
+
+    def read(self) -> tuple[Lease | None, str | None]:
+        """The lease and its version (None, None when there is none)."""
+
+    def write(self, lease: Lease, version: str | None) -> str | None:
+        """Write ``lease`` if the stored version is still ``version`` (None: if there is none);
+        its new version, or None when another driver wrote in between."""
+
+
+class S3LeaseStore:
+    """The lease as an S3 object, replaced by conditional PUTs (S3 has honoured ``If-None-Match``
+    and ``If-Match`` on PUT since 2024; the local stack's endpoint does too)."""
+
+    def __init__(self, bucket: str, key: str, s3: S3Config):
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        self.bucket, self.key = bucket, key
+        self.location = f"s3a://{bucket}/{key}"
+        self._client = boto3.client(
+            "s3", endpoint_url=s3.endpoint, region_name=s3.region or "us-east-1",
+            aws_access_key_id=s3.access_key, aws_secret_access_key=s3.secret_key,
+            config=BotoConfig(s3={"addressing_style": "path" if s3.path_style else "auto"},
+                              retries={"max_attempts": 3}, connect_timeout=10, read_timeout=20))
+
+    def read(self) -> tuple[Lease | None, str | None]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            got = self._client.get_object(Bucket=self.bucket, Key=self.key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None, None
+            raise self._failure(exc) from None
+        except BotoCoreError as exc:
+            raise self._failure(exc) from None
+        return Lease.from_json(got["Body"].read().decode("utf-8", "replace")), got["ETag"]
+
+    def write(self, lease: Lease, version: str | None) -> str | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        try:
+            put = self._client.put_object(Bucket=self.bucket, Key=self.key, Body=lease.to_json().encode(),
+                                          ContentType="application/json", **condition)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict",
+                                                            "412", "409"):
+                return None
+            raise self._failure(exc) from None
+        except BotoCoreError as exc:
+            raise self._failure(exc) from None
+        return put["ETag"]
+
+    def _failure(self, exc: Exception) -> ReconstructorError:
+        """S3's answer, naming the lease's object (``failures.explain`` names the setting)."""
+        return ReconstructorError(f"the writer lease {self.location}: {' '.join(str(exc).split())}")
+
+
+class FileLeaseStore:
+    """The lease as a local file; a lock file makes read-compare-replace one step."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.location = str(path)
+
+    def read(self) -> tuple[Lease | None, str | None]:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None, None
+        return Lease.from_json(text), _version_of(text)
+
+    def write(self, lease: Lease, version: str | None) -> str | None:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                current = self.path.read_text()
+            except FileNotFoundError:
+                current = None
+            if (None if current is None else _version_of(current)) != version:
+                return None
+            text = lease.to_json()
+            tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}")
+            tmp.write_text(text)
+            os.replace(tmp, self.path)
+            return _version_of(text)
+
+
+def _version_of(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def lease_store(output: str, s3: S3Config) -> LeaseStore | None:
+    """The store of ``output``'s lease: S3 for ``s3a://``/``s3://``, a file for a local path;
+    None for another file system, where the run goes on without one (a warning says so)."""
+    parsed = urlparse(output)
+    if parsed.scheme in ("s3a", "s3"):
+        prefix = parsed.path.strip("/")
+        return S3LeaseStore(parsed.netloc, f"{prefix}/{LEASE_NAME}" if prefix else LEASE_NAME, s3)
+    if parsed.scheme in ("", "file"):
+        return FileLeaseStore(Path(parsed.path if parsed.scheme else output) / LEASE_NAME)
+    return None
+
+
+class WriterLease:
+    """The lease one command holds on its output while it writes: ``acquire``, then ``check``
+    before each write, ``release`` at the end (a crashed driver's lease expires after ``ttl_s``)."""
+
+    def __init__(self, store: LeaseStore, command: str, checkpoint: str | None, ttl_s: float,
+                 clock: Callable[[], float] = time.time, say: Callable[[str], None] | None = None):
+        self.store, self.ttl_s, self.clock = store, ttl_s, clock
+        self._say = say or (lambda line: print(f"reconstructor: {line}", file=sys.stderr, flush=True))
+        self.me = Lease(command, checkpoint, socket.gethostname(), os.getpid(), uuid.uuid4().hex, 0.0)
+        self._version: str | None = None
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def holder(self) -> Lease | None:
+        """Another driver's live lease on the output, else None (nothing is taken)."""
+        current, _ = self.store.read()
+        if current is None or verdict(current, self.me, self.clock()) == LeaseVerdict.TAKE:
+            return None
+        return current
+
+    def acquire(self, output: str) -> None:
+        """Take the lease, waiting out a crashed driver of this same writer; refuse (exit 2) while
+        another writer's lease is live."""
+        said = False
+        while True:
+            current, version = self.store.read()
+            now = self.clock()
+            found = verdict(current, self.me, now)
+            if found == LeaseVerdict.REFUSE:
+                raise UsageError(f"the output {output} is being written by {current.describe()}: one writing "
+                                 f"driver at a time; stop it, or wait for its lease to expire")
+            if found == LeaseVerdict.WAIT:
+                if not said:
+                    self._say(f"the output {output} is leased to {current.describe()}: waiting for it to end "
+                              f"or its lease to expire")
+                    said = True
+                time.sleep(min(max(current.expires_at - now, 0.0) + 0.5, self.ttl_s))
+                continue
+            taken = self.me.renewed(now, self.ttl_s)
+            new = self.store.write(taken, version)
+            if new is not None:
+                with self._lock:
+                    self.me, self._version = taken, new
+                break  # else another driver wrote in between: read again
+        self._thread = threading.Thread(target=self._renew_loop, name="writer-lease", daemon=True)
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` unless the lease is still this driver's with time to spare: called
+        before each micro-batch writes."""
+        with self._lock:
+            lost, expires = self._lost, self.me.expires_at
+        if lost is None and expires - self.clock() < self.ttl_s / 3:
+            lost = "it could not be renewed in time"
+        if lost is not None:
+            raise LeaseLost(f"this driver lost its lease on the output ({lost}); it stopped before writing "
+                            f"again: the next run continues from the checkpoint")
+
+    def release(self) -> None:
+        """Give the lease up (the next writer need not wait for it to expire)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            lost, version, me = self._lost, self._version, self.me
+        if lost is None and version is not None:
+            try:
+                self.store.write(me.released(), version)
+            except Exception as exc:  # noqa: BLE001 - it expires anyway
+                log.warning("could not release the writer lease at %s: %s", self.store.location, exc)
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.ttl_s / 4):
+            with self._lock:
+                me, version = self.me, self._version
+            try:
+                renewed = me.renewed(self.clock(), self.ttl_s)
+                new = self.store.write(renewed, version)
+            except Exception as exc:  # noqa: BLE001 - tried again until the lease runs out
+                log.warning("could not renew the writer lease at %s: %s", self.store.location, exc)
+                continue
+            with self._lock:
+                if new is None:
+                    current, _ = self.store.read()
+                    self._lost = (f"taken by {current.describe()}" if current is not None
+                                  else "its object was removed")
+                    return
+                self.me, self._version = renewed, new

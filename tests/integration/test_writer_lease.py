@@ -1,0 +1,53 @@
+"""The writer lease on the real local S3 endpoint: S3's conditional PUT keeps one holder, and a
+lease taken there refuses a second writer of an ``s3a://`` output until it is released."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconstructor.config import S3Config
+from reconstructor.core.lease import Lease
+from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.lease import S3LeaseStore, WriterLease, lease_store
+
+pytestmark = pytest.mark.integration
+
+
+def _s3(stack) -> S3Config:
+    return S3Config(endpoint=stack.s3_endpoint(), region=stack.S3_REGION, access_key=stack.S3_ACCESS_KEY,
+                    secret_key=stack.S3_SECRET_KEY, path_style=True)
+
+
+def test_conditional_puts_on_the_s3_endpoint_keep_one_holder(stack, run_id):
+    store = lease_store(f"s3a://recon/lease{run_id}/out", _s3(stack))
+    assert isinstance(store, S3LeaseStore) and store.key == f"lease{run_id}/out/_reconstructor/writer.lease"
+    held = Lease("run", "chk-1", "h", 1, "t-1", 2e9)
+    assert store.read() == (None, None)
+    version = store.write(held, None)
+    assert version is not None
+    assert store.write(Lease("run", "chk-2", "h", 2, "t-2", 2e9), None) is None  # it exists
+    assert store.write(held.released(), '"not-its-etag"') is None
+    assert store.read() == (held, version)
+    assert store.write(held.released(), version) is not None
+
+
+def test_a_second_writer_of_an_s3_output_is_refused_until_the_first_releases(stack, run_id):
+    output = f"s3a://recon/lease{run_id}/second"
+    first = WriterLease(lease_store(output, _s3(stack)), "run", f"{output}/_checkpoints/a", ttl_s=60)
+    first.acquire(output)
+    second = WriterLease(lease_store(output, _s3(stack)), "run", f"{output}/_checkpoints/b", ttl_s=60)
+    with pytest.raises(UsageError) as refused:
+        second.acquire(output)
+    assert f"is being written by a run of the checkpoint {output}/_checkpoints/a" in str(refused.value)
+    first.release()
+    second.acquire(output)
+    second.check()
+    second.release()
+
+
+def test_a_bucket_that_does_not_exist_is_named(stack):
+    store = lease_store("s3a://no-such-bucket/out", _s3(stack))
+    with pytest.raises(ReconstructorError) as failed:
+        store.read()
+    assert "s3a://no-such-bucket/out/_reconstructor/writer.lease" in str(failed.value)
+    assert "NoSuchBucket" in str(failed.value)

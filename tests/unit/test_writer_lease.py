@@ -1,0 +1,94 @@
+"""The writer lease: one writing driver per output, a crashed one's successor after expiry.
+
+The verdict is pure; the lease is exercised on a local file store with a clock the test moves
+(the S3 store, on the real local endpoint, is in tests/integration/test_writer_lease.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconstructor.core.lease import Lease, LeaseVerdict, verdict
+from reconstructor.errors import UsageError
+from reconstructor.lease import FileLeaseStore, LeaseLost, WriterLease
+
+NOW = 1_800_000_000.0
+
+
+def lease(command="run", checkpoint="s3a://b/chk", token="t-1", expires_at=NOW + 60):
+    return Lease(command, checkpoint, "host-a", 41, token, expires_at)
+
+
+def test_a_live_lease_of_another_writer_is_refused_and_an_expired_or_released_one_is_taken():
+    me = lease(checkpoint="s3a://b/other-chk", token="t-2")
+    assert verdict(None, me, NOW) == LeaseVerdict.TAKE
+    assert verdict(lease(), me, NOW) == LeaseVerdict.REFUSE  # two first runs: the second is refused
+    assert verdict(lease(command="replay"), lease(token="t-2"), NOW) == LeaseVerdict.REFUSE
+    assert verdict(lease(expires_at=NOW), me, NOW) == LeaseVerdict.TAKE
+    assert verdict(lease().released(), me, NOW) == LeaseVerdict.TAKE
+    assert verdict(lease(), lease(), NOW) == LeaseVerdict.TAKE  # its own, renewed
+
+
+def test_a_restarted_driver_of_the_same_writer_waits_and_a_stream_waits_for_a_compact():
+    assert verdict(lease(), lease(checkpoint="s3a://b/chk/", token="t-2"), NOW) == LeaseVerdict.WAIT
+    assert verdict(lease(command="compact", checkpoint=None), lease(token="t-2"), NOW) == LeaseVerdict.WAIT
+    assert verdict(lease(command="compact", checkpoint=None), lease(command="compact", checkpoint=None,
+                                                                     token="t-2"), NOW) == LeaseVerdict.REFUSE
+
+
+def test_unreadable_text_holds_no_lease():
+    assert Lease.from_json("{not json") is None and Lease.from_json('{"command": "run"}') is None
+    assert Lease.from_json(lease().to_json()) == lease()
+
+
+class Clock:
+    def __init__(self):
+        self.now = NOW
+
+    def __call__(self):
+        return self.now
+
+
+def test_one_writer_at_a_time_and_a_crashed_ones_successor_takes_over_after_expiry(tmp_path):
+    store, clock = FileLeaseStore(tmp_path / "out" / "_reconstructor" / "writer.lease"), Clock()
+    first = WriterLease(store, "run", "chk-1", ttl_s=40, clock=clock)
+    first.acquire("out")
+    first.check()
+    other = WriterLease(store, "replay", "chk-2", ttl_s=40, clock=clock)
+    with pytest.raises(UsageError) as refused:
+        other.acquire("out")
+    assert str(refused.value).startswith("the output out is being written by a run of the checkpoint chk-1 on ")
+    assert other.holder() is not None
+
+    first._stop.set()  # the first driver stops renewing (crashed), and its time runs out
+    clock.now += 41
+    assert other.holder() is None
+    other.acquire("out")
+    with pytest.raises(LeaseLost):
+        first.check()
+    other.release()
+    assert WriterLease(store, "compact", None, ttl_s=40, clock=clock).holder() is None
+
+
+def test_a_lease_lost_to_another_driver_is_found_by_the_renewal_and_stops_the_next_write(tmp_path):
+    store, clock = FileLeaseStore(tmp_path / "writer.lease"), Clock()
+    held = WriterLease(store, "run", "chk-1", ttl_s=0.4, clock=clock)
+    held.acquire("out")
+    current, version = store.read()
+    assert store.write(Lease("run", "chk-9", "h", 1, "thief", NOW + 999), version) is not None
+    import time
+
+    time.sleep(0.5)  # a renewal finds the lease taken
+    with pytest.raises(LeaseLost) as lost:
+        held.check()
+    assert "taken by a run of the checkpoint chk-9" in str(lost.value)
+    held.release()
+    assert store.read()[0].token == "thief"  # a lost lease is never released over its new holder
+
+
+def test_a_conditional_write_fails_when_the_lease_changed_since_it_was_read(tmp_path):
+    store = FileLeaseStore(tmp_path / "writer.lease")
+    assert store.write(lease(), None) is not None
+    assert store.write(lease(token="t-2"), None) is None  # created in between
+    _, version = store.read()
+    assert store.write(lease(token="t-3"), "stale") is None
+    assert store.write(lease(token="t-3"), version) is not None
