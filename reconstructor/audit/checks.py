@@ -20,9 +20,11 @@ What is checked, and what cannot be:
   before a resync snapshot: the first and the last leave no trace in any table, so such seqs are
   counted in the summary, not failed.  No seq is logged twice, a resync's included: a resync
   snapshot carries a seq past the last one applied;
+- one row per session in ``sessions`` and per ``(topic, session, row_id)`` in ``current_rows``;
 - the fold: ``row_changes`` of each session folded in Kafka order gives ``current_rows`` (the
-  row ids and values) for an open session, no row for any other, and ``sessions.row_count``
-  for every session;
+  row ids and values, and each row's ``seq`` and ``offset`` those of its last change, or of a later
+  record of the session for a row brought back when the session resumed after a timeout) for an open
+  session, no row for any other, and ``sessions.row_count`` for every session;
 - quarantine: a ``quarantined`` session has a violation row (not ``SKIPPED`` nor
   ``SNAPSHOT_DRIFT``) at or after its last applied offset (or on another partition); a ``SKIPPED``
   row's session is quarantined, or was: a violation row of it precedes the skipped record.
@@ -127,7 +129,10 @@ class Verification:
         self.fold = ChangeFold(self.names)
         self.summary = Summary()
         self._sessions: dict[tuple[str, str], _Session] = {}
+        self._twice: tuple | None = None  # a session with two rows in sessions (``finish`` names it)
         for r in self._rows(sessions):
+            if (r["topic"], r["session"]) in self._sessions and self._twice is None:
+                self._twice = (r["topic"], r["session"], r["last_seq"])
             self._sessions[(r["topic"], r["session"])] = _Session(
                 r["partition"], r["status"], r["first_seq"], r["last_seq"], r["last_offset"], r["row_count"] or 0)
             self.summary.sessions[r["status"]] = self.summary.sessions.get(r["status"], 0) + 1
@@ -205,6 +210,8 @@ class Verification:
     def finish(self, current_rows) -> Discrepancy | None:
         """The checks that need the whole change log folded."""
         try:
+            if self._twice is not None:
+                raise Found(Discrepancy(SESSIONS, "the session has 2 rows; one per session", *self._twice))
             self._check_sessions()
             self._check_current_rows(current_rows)
             self._check_quarantine()
@@ -245,6 +252,9 @@ class Verification:
                 status = "unknown" if s is None else s.status
                 raise Found(Discrepancy(CURRENT_ROWS, f"a row of a session that is {status} in sessions; only "
                                         "open sessions have rows here", *key, r["seq"], r["row_id"]))
+            if r["row_id"] in live[key]:
+                raise Found(Discrepancy(CURRENT_ROWS, "the row is held twice; one per row", *key, r["seq"],
+                                        r["row_id"]))
             live[key][r["row_id"]] = r
         for key, s in sorted(self._sessions.items()):
             if s.status != SessionStatus.OPEN.value:
@@ -263,6 +273,22 @@ class Verification:
                     if not same_value(held[rid].get(name), value):
                         raise Found(Discrepancy(CURRENT_ROWS, f"{name} is {held[rid].get(name)!r} here, "
                                                 f"{value!r} in row_changes", *key, folded[rid].seq, rid))
+                self._check_row_position(key, s, rid, held[rid], folded[rid])
+
+    @staticmethod
+    def _check_row_position(key, s: "_Session", rid: str, held: dict, last) -> None:
+        """A live row's ``seq`` and ``offset`` are its last change's; a row brought back when its
+        timed-out session resumed carries the session's last record before the timeout instead,
+        which lies after that change and at or before the session's last."""
+        seq, offset = held.get("seq"), held.get("offset")
+        if (seq, offset) == (last.seq, last.offset):
+            return
+        later = (seq is not None and offset is not None and last.seq < seq and last.offset < offset
+                 and (s.last_seq is None or seq <= s.last_seq) and (s.last_offset is None or offset <= s.last_offset))
+        if not later:
+            name, value, logged = ("seq", seq, last.seq) if seq != last.seq else ("offset", offset, last.offset)
+            raise Found(Discrepancy(CURRENT_ROWS, f"{name} is {value!r} here, {logged!r} in row_changes", *key,
+                                    last.seq, rid))
 
     def _check_quarantine(self) -> None:
         for key, s in sorted(self._sessions.items()):

@@ -57,6 +57,10 @@ def test_a_silent_session_resumes_exactly_and_an_ended_one_resent_is_after_end(s
     assert rows == {("quiet", "a"): "a2", ("quiet", "b"): "b0"}
     changes = read_table(spark, out, "row_changes").where("session = 'quiet'").count()
     assert changes == 4  # the snapshot's two rows, then one change per update: nothing re-logged
+    # Its rows brought back carry the record before the timeout; verify holds them to it.
+    from reconstructor.cli import main as cli_main
+
+    assert cli_main(["verify", "--output", out]) == 0
 
     # The ended session, re-sent whole after its timeout: still after its end.
     send(bootstrap, topic, "done", [snapshot(0), {"seq": 1, "type": "end"}])

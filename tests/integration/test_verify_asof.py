@@ -191,3 +191,32 @@ def test_the_readme_row_versions_view_runs_and_gives_the_tables(fleet, spark):
                       "AND from_seq <= 13 AND (to_seq IS NULL OR to_seq > 13)").collect()
     same_rows({r.row_id: r.asDict() for r in at_13},
               expected_at(fleet["messages"], topic, session, lambda m: m["seq"] <= 13))
+
+
+def _append_copy_of(table_dir: Path, predicate) -> None:
+    data = DeltaTable(str(table_dir)).to_pyarrow_table()
+    write_deltalake(str(table_dir), data.filter(predicate(data)), mode="append")
+
+
+@pytest.mark.parametrize("corruption", ["current_rows row twice", "sessions row twice", "current_rows seq",
+                                        "current_rows offset"])
+def test_a_duplicated_or_altered_live_row_is_named(fleet, tmp_path, corruption):
+    out = copy_of(fleet, tmp_path)
+    change = last_upsert(out)
+    mine = f"session = '{change.session}'"
+    if corruption == "current_rows row twice":
+        _append_copy_of(out / "current_rows", lambda d: pc.and_(pc.equal(d["session"], change.session),
+                                                                 pc.equal(d["row_id"], change.row_id)))
+        expected = ("current_rows", f"row={change.row_id}: the row is held twice")
+    elif corruption == "sessions row twice":
+        _append_copy_of(out / "sessions", lambda d: pc.equal(d["session"], change.session))
+        expected = ("sessions", ": the session has 2 rows")
+    else:
+        column = corruption.split()[-1]
+        DeltaTable(str(out / "current_rows")).update(
+            predicate=f"{mine} AND row_id = '{change.row_id}'", new_values={f'"{column}"': "1"})
+        expected = ("current_rows", f"row={change.row_id}: {column} is 1 here, {int(change[column])} in row_changes")
+    line = failed_line(verify(out))
+    assert line.startswith(f"reconstructor: VERIFY FAILED {expected[0]} topic={change.topic} "
+                           f"session={change.session} "), line
+    assert expected[1] in line, line

@@ -44,7 +44,10 @@ def core_output(batches: list[list[Msg]]):
                               "last_seq": state.last_seq, "last_offset": state.last_offset,
                               "row_count": state.row_count}])
     live = state.table.reset_index() if state.status.value == "open" else state.table.reset_index().iloc[:0]
-    current = live.assign(topic=TOPIC, session=SESSION, seq=state.last_seq, offset=state.last_offset)
+    ordered = changes.sort_values(["offset", "row_pos"], kind="stable")
+    last = ordered.drop_duplicates("row_id", keep="last").set_index("row_id")  # each row's last change
+    current = live.assign(topic=TOPIC, session=SESSION, seq=live["row_id"].map(last["seq"]),
+                          offset=live["row_id"].map(last["offset"]))
     return changes, sessions, current
 
 
