@@ -66,6 +66,16 @@ def _run_args(tmp_path, *extra):
     return [*BASE, "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "chk"), *extra]
 
 
+
+def _duration_args(tmp_path, flag_or_setting: str, value: str, *config_flags: str) -> tuple[list, str]:
+    """``run``'s arguments setting one duration, by its flag or (a setting ``run`` takes from
+    ``--config`` only) in a config file; and the flag a message names it by."""
+    if flag_or_setting.startswith("--"):
+        return _run_args(tmp_path, flag_or_setting, value), flag_or_setting
+    (tmp_path / "c.toml").write_text(f'{flag_or_setting} = "{value}"\n')
+    flag = "--grace" if flag_or_setting == "compact_grace" else "--" + flag_or_setting.replace("_", "-")
+    return _run_args(tmp_path, "--config", str(tmp_path / "c.toml"), *config_flags), flag
+
 # Every duration but --grace must be longer than zero: a zero session timeout fails at the first
 # batch, a zero compaction interval spins, a zero trigger interval or VACUUM retention is a typo.
 @pytest.mark.parametrize("flag_or_setting, value", [
@@ -78,13 +88,7 @@ def _run_args(tmp_path, *extra):
 def test_a_zero_duration_is_refused_with_one_line_naming_the_flag(tmp_path, monkeypatch, capsys,
                                                                  flag_or_setting, value):
     monkeypatch.chdir(tmp_path)
-    if flag_or_setting.startswith("--"):
-        args = _run_args(tmp_path, flag_or_setting, value)
-        flag = flag_or_setting
-    else:  # a setting run takes from --config only
-        (tmp_path / "c.toml").write_text(f'{flag_or_setting} = "{value}"\n')
-        args = _run_args(tmp_path, "--config", str(tmp_path / "c.toml"), "--unsafe-vacuum-retention")
-        flag = "--" + flag_or_setting.replace("_", "-")
+    args, flag = _duration_args(tmp_path, flag_or_setting, value, "--unsafe-vacuum-retention")
     code, lines = _main(capsys, *args)
     assert code == 2, lines
     assert len(lines) == 1 and flag in lines[0] and value in lines[0], lines
@@ -106,13 +110,7 @@ def test_a_zero_duration_is_refused_with_one_line_naming_the_flag(tmp_path, monk
 def test_a_duration_too_long_to_wait_is_refused_with_one_line_naming_the_flag(tmp_path, monkeypatch, capsys,
                                                                              flag_or_setting, value):
     monkeypatch.chdir(tmp_path)
-    if flag_or_setting.startswith("--"):
-        args = _run_args(tmp_path, flag_or_setting, value)
-        flag = flag_or_setting
-    else:
-        (tmp_path / "c.toml").write_text(f'{flag_or_setting} = "{value}"\n')
-        args = _run_args(tmp_path, "--config", str(tmp_path / "c.toml"))
-        flag = "--grace" if flag_or_setting == "compact_grace" else "--" + flag_or_setting.replace("_", "-")
+    args, flag = _duration_args(tmp_path, flag_or_setting, value)
     code, lines = _main(capsys, *args)
     assert code == 2, lines
     assert len(lines) == 1 and flag in lines[0] and value in lines[0] and "too long" in lines[0], lines
