@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.config import AVAILABLE_NOW, Config
-from reconstructor.errors import IntegrityViolationError, ReconstructorError, RunAgain, StoppedBySignal, error_line
+from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
 from reconstructor.restarts import STOP_TIMEOUT, StopRequest
 from reconstructor.schema import RowSchema
 from reconstructor.spark.checkpoint import checkpoint_state
