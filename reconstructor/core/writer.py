@@ -108,16 +108,21 @@ def batch_metadata(query_id: str, batch_id: int, end_offsets) -> str:
                       separators=(",", ":"))
 
 
-def offsets_in_metadata(text: str | None, query_id: str) -> dict[tuple[str, int], int] | None:
-    """The offsets a commit's ``userMetadata`` records for ``query_id``'s batch, else None (another
-    writer's commit, a compaction, or a commit of an earlier version)."""
+def offsets_in_metadata(text: str | None, query_id: str | None) -> dict[tuple[str, int], int] | None:
+    """The offsets a commit's ``userMetadata`` records for ``query_id``'s batch (any writer's, for
+    None), else None (another writer's commit, a compaction, or a commit of an earlier version)."""
     try:
         record = json.loads(text)[BATCH_METADATA_KEY] if text else None
     except (ValueError, TypeError, KeyError):
         return None
-    if not isinstance(record, dict) or record.get("query") != query_id:
+    if not isinstance(record, dict) or (query_id is not None and record.get("query") != query_id):
         return None
     return {(topic, int(p)): int(o) for topic, parts in record.get("offsets", {}).items() for p, o in parts.items()}
+
+
+def reached_everywhere(reached, written) -> bool:
+    """Whether offsets ``reached`` are at or past ``written`` on every partition of the latter."""
+    return all(reached.get(tp) is not None and reached[tp] >= at for tp, at in written.items())
 
 
 def takeover_refusal(writer: str, written, checkpoint: CheckpointState, reached, output: str) -> str | None:

@@ -35,7 +35,8 @@ from pyspark.util import inheritable_thread_target
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.core.data_loss import offsets_from_log
 from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, batch_metadata,
-                                       offsets_in_metadata, refusal, replays_of, takeover_refusal, with_replay)
+                                       offsets_in_metadata, reached_everywhere, refusal, replays_of,
+                                       takeover_refusal, with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, RunAgain, UsageError, error_line
 from reconstructor.metrics import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.core.state import SessionStatus
@@ -158,6 +159,8 @@ class DeltaSinks:
     _query_started: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _recorded: dict[str, TableState] = field(default_factory=dict, init=False, repr=False)
     _claimed: bool = field(default=False, init=False, repr=False)
+    #: Where the tables may hold sessions past this query ({}: anywhere), None when nowhere.
+    _ahead: dict | None = field(default_factory=dict, init=False, repr=False)
     #: The running batch's record in each of its commits (``batch_metadata``).
     _metadata: str | None = field(default=None, init=False, repr=False)
     #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
@@ -193,6 +196,27 @@ class DeltaSinks:
             reason = self._takeover_refusal(checkpoint, states)
         if reason is not None:
             raise UsageError(reason)
+        self._ahead = self._written_ahead(checkpoint, states)
+
+    def _written_ahead(self, checkpoint, states: list[TableState]) -> dict | None:
+        """Where the tables may hold sessions past this query (each batch then checks, ``_sessions_
+        behind``), or None when they cannot: a replay may be anywhere; a run is behind only where a
+        replay into its tables, recorded in their history, got further than its checkpoint."""
+        if self.dedupe_changes:
+            return {}
+        if not any(t.has_data and t.replays for t in states):
+            return None  # no other driver ever wrote them
+        path = self.path(SESSIONS)
+        written: dict = {}
+        if DeltaTable.isDeltaTable(self.spark, path):
+            for r in DeltaTable.forPath(self.spark, path).history(HISTORY_SEARCHED).select("userMetadata").collect():
+                for tp, o in (offsets_in_metadata(r.userMetadata, None) or {}).items():
+                    written[tp] = max(o, written.get(tp, o))
+        if not written:
+            return {}  # written by an earlier version: unknown, so checked
+        text = (read_checkpoint_file(self.spark, checkpoint.location, f"offsets/{checkpoint.last_committed}")
+                if checkpoint.last_committed is not None else None)
+        return None if text and reached_everywhere(offsets_from_log(text), written) else written
 
     def _takeover_refusal(self, checkpoint, states: list[TableState]) -> str | None:
         """A run on a replay's checkpoint takes over only at or past where the tables' writer got
@@ -384,7 +408,9 @@ class DeltaSinks:
                                                    stats.drifts)
             # Sessions the tables hold at a later point (a replay into them, or a run behind one):
             # their rows stay as they are, and the sessions MERGE keeps their row too.
-            behind = self._sessions_behind(sessions)
+            behind = self._sessions_behind(sessions) if self._ahead is not None else None
+            if self._ahead and end and reached_everywhere(end, self._ahead):
+                self._ahead = None  # caught up: from the next batch on, nothing is ahead
             if behind is not None:
                 current = current.join(behind, ["topic", "session"], "left_anti")
                 sessions = sessions.join(behind, ["topic", "session"], "left_anti")
