@@ -303,8 +303,12 @@ def start_kafka(timeout: float = 90.0) -> str:
 
 
 def _kafka_cluster_id() -> str:
-    # Kafka wants a base64url-encoded 16-byte UUID (22 chars, no padding).
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka wants a base64url-encoded 16-byte UUID (22 chars, no padding); one that starts with
+    # '-' is read by the storage tool as an option (Kafka's own Uuid.randomUuid draws again too).
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 # --------------------------------------------------------------------------------------------------
