@@ -88,12 +88,12 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
             lease.release()
 
 
-def _writer_lease(cfg: Config, command: str, checkpoint: str | None):
-    """The output's writer lease, taken (``reconstructor.lease``); None on a file system that
-    keeps none, with a warning."""
+def _writer_lease(cfg: Config, command: str, checkpoint: str | None, store=None):
+    """The output's writer lease, taken (``reconstructor.lease``) in ``store`` (by default, the
+    output's); None on a file system that keeps none, with a warning."""
     from reconstructor.lease import WriterLease, lease_store
 
-    store = lease_store(cfg.output, cfg.s3)
+    store = store or lease_store(cfg.output, cfg.s3)
     if store is None:
         print(f"reconstructor: warning: no writer lease on {cfg.output} (one is kept on s3a://, s3:// and "
               f"local outputs): make sure no other driver writes it", file=sys.stderr, flush=True)
@@ -276,7 +276,7 @@ def compact(args) -> int:
             print(f"nothing to do: the output {cfg.output} is being written by {live.describe()}"
                   + (", whose in-stream compaction compacts it" if live.command != "compact" else ""))
             return 0
-    lease = _writer_lease(cfg, "compact", None)
+    lease = _writer_lease(cfg, "compact", None, store)
     try:
         spark = _spark(cfg, "reconstructor-compact")
         report = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),

@@ -120,6 +120,15 @@ def offsets_in_metadata(text: str | None, query_id: str | None) -> dict[tuple[st
     return {(topic, int(p)): int(o) for topic, parts in record.get("offsets", {}).items() for p, o in parts.items()}
 
 
+def furthest(offset_maps) -> dict[tuple[str, int], int]:
+    """Per partition, the furthest offset among ``offset_maps``."""
+    out: dict[tuple[str, int], int] = {}
+    for offsets in offset_maps:
+        for tp, at in offsets.items():
+            out[tp] = max(at, out.get(tp, at))
+    return out
+
+
 def reached_everywhere(reached, written) -> bool:
     """Whether offsets ``reached`` are at or past ``written`` on every partition of the latter."""
     return all(reached.get(tp) is not None and reached[tp] >= at for tp, at in written.items())

@@ -23,7 +23,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
@@ -35,8 +35,8 @@ from pyspark.util import inheritable_thread_target
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.core.data_loss import offsets_from_log
 from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, batch_metadata,
-                                       offsets_in_metadata, reached_everywhere, refusal, replays_of,
-                                       takeover_refusal, with_replay)
+                                       furthest, offsets_in_metadata, reached_everywhere, refusal,
+                                       replays_of, takeover_refusal, with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, RunAgain, UsageError, error_line
 from reconstructor.metrics import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.core.state import SessionStatus
@@ -206,17 +206,11 @@ class DeltaSinks:
             return {}
         if not any(t.has_data and t.replays for t in states):
             return None  # no other driver ever wrote them
-        path = self.path(SESSIONS)
-        written: dict = {}
-        if DeltaTable.isDeltaTable(self.spark, path):
-            for r in DeltaTable.forPath(self.spark, path).history(HISTORY_SEARCHED).select("userMetadata").collect():
-                for tp, o in (offsets_in_metadata(r.userMetadata, None) or {}).items():
-                    written[tp] = max(o, written.get(tp, o))
+        written = furthest(self._recorded_offsets(SESSIONS, None))
         if not written:
             return {}  # written by an earlier version: unknown, so checked
-        text = (read_checkpoint_file(self.spark, checkpoint.location, f"offsets/{checkpoint.last_committed}")
-                if checkpoint.last_committed is not None else None)
-        return None if text and reached_everywhere(offsets_from_log(text), written) else written
+        reached = self._committed_offsets(checkpoint)
+        return None if reached and reached_everywhere(reached, written) else written
 
     def _takeover_refusal(self, checkpoint, states: list[TableState]) -> str | None:
         """A run on a replay's checkpoint takes over only at or past where the tables' writer got
@@ -226,28 +220,29 @@ class DeltaSinks:
         if not writers:
             return None
         writer = writers.pop()
-        written: dict = {}
-        for name in TABLES:
-            for offsets in self._recorded_offsets(name, writer):
-                for tp, o in offsets.items():
-                    written[tp] = max(o, written.get(tp, o))
+        # Each table's last commit by the writer: a batch may have ended between two tables.
+        written = furthest(next(iter(self._recorded_offsets(name, writer)), {}) for name in TABLES)
         if not written:
             return None
-        text = (read_checkpoint_file(self.spark, checkpoint.location, f"offsets/{checkpoint.last_committed}")
-                if checkpoint.last_committed is not None else None)
-        reached = offsets_from_log(text) if text else {}
-        return takeover_refusal(writer, written, checkpoint, reached, self.output)
+        return takeover_refusal(writer, written, checkpoint, self._committed_offsets(checkpoint), self.output)
 
-    def _recorded_offsets(self, name: str, writer: str) -> list[dict]:
-        """The offsets that ``writer``'s last commit among the table's recent ones records."""
+    def _recorded_offsets(self, name: str, writer: str | None) -> Iterator[dict]:
+        """The offsets that ``writer``'s (any writer's, for None) commits among the table's recent
+        ones record, newest first (``batch_metadata``)."""
         path = self.path(name)
         if not DeltaTable.isDeltaTable(self.spark, path):
-            return []
+            return
         for r in DeltaTable.forPath(self.spark, path).history(HISTORY_SEARCHED).select("userMetadata").collect():
             found = offsets_in_metadata(r.userMetadata, writer)
             if found is not None:
-                return [found]
-        return []
+                yield found
+
+    def _committed_offsets(self, checkpoint) -> dict:
+        """The Kafka offsets the checkpoint's last committed batch ended at ({} before any)."""
+        if checkpoint.last_committed is None:
+            return {}
+        text = read_checkpoint_file(self.spark, checkpoint.location, f"offsets/{checkpoint.last_committed}")
+        return offsets_from_log(text) if text else {}
 
     def _table_states(self) -> list[TableState]:
         """Each existing table's writer and whether it holds data, from its Delta log alone."""
