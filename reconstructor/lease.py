@@ -204,11 +204,19 @@ class WriterLease:
 
     def check(self) -> None:
         """Raise ``LeaseLost`` unless the lease is still this driver's with time to spare: called
-        before each micro-batch writes."""
+        before each micro-batch writes.  A lease the thread could not renew in time (the endpoint
+        did not answer) is renewed here once more before it counts as lost."""
         with self._lock:
             lost, expires = self._lost, self.me.expires_at
         if lost is None and expires - self.clock() < self.ttl_s / 3:
-            lost = "it could not be renewed in time"
+            try:
+                self._renew()
+            except Exception as exc:  # noqa: BLE001 - the lease is then lost
+                log.warning("could not renew the writer lease at %s: %s", self.store.location, exc)
+            with self._lock:
+                lost, expires = self._lost, self.me.expires_at
+            if lost is None and expires - self.clock() < self.ttl_s / 3:
+                lost = "it could not be renewed in time"
         if lost is not None:
             raise LeaseLost(f"this driver lost its lease on the output ({lost}); it stopped before writing "
                             f"again: the next run continues from the checkpoint")
@@ -228,18 +236,35 @@ class WriterLease:
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / 4):
-            with self._lock:
-                me, version = self.me, self._version
             try:
-                renewed = me.renewed(self.clock(), self.ttl_s)
-                new = self.store.write(renewed, version)
+                if not self._renew():
+                    return
             except Exception as exc:  # noqa: BLE001 - tried again until the lease runs out
                 log.warning("could not renew the writer lease at %s: %s", self.store.location, exc)
-                continue
-            with self._lock:
+
+    def _renew(self) -> bool:
+        """Extend the lease by ``ttl_s``; False once it is found lost (held by another, removed)."""
+        with self._lock:
+            me, version, lost = self.me, self._version, self._lost
+        if lost is not None:
+            return False
+        renewed = me.renewed(self.clock(), self.ttl_s)
+        new = self.store.write(renewed, version)
+        if new is None:
+            # A write whose answer was lost (a timeout after the endpoint applied it) leaves this
+            # driver's own lease under a version it never saw: nobody else wrote, so it still
+            # holds it, and renews it under that version.
+            current, version = self.store.read()
+            if current is not None and current.token == me.token:
+                new = self.store.write(renewed, version)
                 if new is None:
                     current, _ = self.store.read()
-                    self._lost = (f"taken by {current.describe()}" if current is not None
-                                  else "its object was removed")
-                    return
+        with self._lock:
+            if self._lost is not None:
+                return False
+            if new is None:
+                self._lost = f"taken by {current.describe()}" if current is not None else "its object was removed"
+                return False
+            if renewed.expires_at >= self.me.expires_at:
                 self.me, self._version = renewed, new
+        return True

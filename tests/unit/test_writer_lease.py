@@ -92,3 +92,48 @@ def test_a_conditional_write_fails_when_the_lease_changed_since_it_was_read(tmp_
     _, version = store.read()
     assert store.write(lease(token="t-3"), "stale") is None
     assert store.write(lease(token="t-3"), version) is not None
+
+
+class LandsThenTimesOut:
+    """A store whose first renewal reaches S3 but whose answer is lost (a frozen endpoint that
+    comes back after the client gave up): the driver's next conditional write finds its own."""
+
+    def __init__(self, store):
+        self.store, self.location, self.renewals = store, store.location, 0
+
+    def read(self):
+        return self.store.read()
+
+    def write(self, lease, version):
+        new = self.store.write(lease, version)
+        if version is not None:
+            self.renewals += 1
+            if self.renewals == 1:
+                raise OSError("read timeout on endpoint URL")
+        return new
+
+
+def test_a_renewal_whose_answer_was_lost_is_found_to_be_this_drivers_own_and_the_lease_is_kept(tmp_path):
+    import time
+
+    store = LandsThenTimesOut(FileLeaseStore(tmp_path / "writer.lease"))
+    held = WriterLease(store, "run", "chk-1", ttl_s=0.4)
+    held.acquire("out")
+    deadline = time.monotonic() + 5
+    while store.renewals < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.renewals >= 3, "the lease was not renewed after the lost answer"
+    held.check()  # still this driver's, renewed
+    held.release()
+    assert store.read()[0].expired(time.time())
+
+
+def test_a_lease_the_thread_could_not_renew_in_time_is_renewed_before_the_next_write(tmp_path):
+    store, clock = FileLeaseStore(tmp_path / "writer.lease"), Clock()
+    held = WriterLease(store, "run", "chk-1", ttl_s=60, clock=clock)
+    held.acquire("out")
+    held._stop.set()  # the endpoint did not answer the thread's renewals
+    clock.now += 50
+    held.check()  # renewed now, since nobody else took it
+    assert store.read()[0].expires_at == clock.now + 60
+    held.release()
