@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                              """))
     _add_common(run)
     _add_stream_flags(run)
+    _add_chain_flag(run)
 
     replay = sub.add_parser("replay", help="rebuild from given offsets, a timestamp or each session's last snapshot",
                             formatter_class=_fmt,
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--session-timeout", metavar="DURATION")
     replay.add_argument("--state-retention", metavar="DURATION")
     _add_integrity_flags(replay)
+    _add_chain_flag(replay)
     _add_unsafe_vacuum_flag(replay)
     _add_lease_flag(replay)
     _add_metrics_flags(replay)
@@ -146,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 """))
     _add_reader_flags(verify)
     verify.add_argument("--topic-pattern", metavar="REGEX", help="check only the topics this anchored regex matches")
+    _add_chain_flag(verify)
 
     asof = sub.add_parser("asof", help="print a session's table as it was at a seq or an event time",
                           formatter_class=_fmt,
@@ -212,6 +215,12 @@ def _add_stream_flags(p: argparse.ArgumentParser) -> None:
     _add_integrity_flags(p)
     _add_unsafe_vacuum_flag(p)
     _add_metrics_flags(p)
+
+
+def _add_chain_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chain-key", metavar="SECRET",
+                   help="the change log's HMAC key (a secret: prefer RECON_CHAIN_KEY or the config file; "
+                        "default none: plain SHA-256 digests)")
 
 
 def _add_lease_flag(p: argparse.ArgumentParser) -> None:

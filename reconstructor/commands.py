@@ -316,13 +316,14 @@ def verify(args) -> int:
     from reconstructor.audit.checks import Verification
     from reconstructor.audit.delta_tables import OutputTables
     from reconstructor.audit.fold import row_columns
+    from reconstructor.core.chain import ChainKey
     from reconstructor.errors import DiscrepancyError
     from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
 
     started = time.monotonic()
     tables = OutputTables(cfg.output, cfg.s3)
     check = Verification(tables.read(SESSIONS), tables.read(VIOLATIONS),
-                         row_columns(tables.columns(ROW_CHANGES)), topics)
+                         row_columns(tables.columns(ROW_CHANGES)), topics, chain_key=ChainKey(cfg.chain_key))
     for hour in tables.hours(ROW_CHANGES):
         found = check.add_changes(hour)
         if found is not None:
@@ -346,7 +347,7 @@ def asof(args) -> int:
             raise UsageError(f"--at {exc}") from None
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
     from reconstructor.audit.delta_tables import OutputTables
-    from reconstructor.audit.fold import ChangeFold, changes_up_to, row_columns
+    from reconstructor.audit.fold import ChangeFold, changes_up_to, last_digest, row_columns
     from reconstructor.output import ROW_CHANGES, SESSIONS
 
     tables = OutputTables(cfg.output, cfg.s3)
@@ -360,7 +361,8 @@ def asof(args) -> int:
     seqs = applied["seq"].to_pylist()
     info = {"topic": args.topic, "session": args.session,
             "as_of": f"seq {args.seq}" if args.seq is not None else at.isoformat(),
-            "last_seq": max(seqs) if seqs else None, "row_count": len(table)}
+            "last_seq": max(seqs) if seqs else None, "row_count": len(table),
+            "chain_digest": last_digest(applied)}
     _print_table(info, table, args.format)
     return 0
 

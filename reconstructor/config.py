@@ -153,6 +153,9 @@ class Config:
     # The writer lease on the output (``reconstructor.lease``): how long a driver that stopped
     # renewing it (crashed) holds it; renewed every quarter of it.
     lease_ttl: dt.timedelta = Duration("2 minutes")
+    # The change log's hash chain (``core.chain``): with a key its digests are HMACs, which an
+    # editor without the key cannot recompute.  A secret: redacted wherever settings are printed.
+    chain_key: str | None = None
     shuffle_partitions: int | None = None
     master: str | None = None
     # The folder ``make jars`` fills (Spark's jars in its ``spark/`` subfolder); unset, the

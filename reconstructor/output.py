@@ -111,7 +111,8 @@ SESSION_FIELDS = tuple(sorted((f for f in STATE_FIELDS if f.name != "table"), ke
 #: too): nine session columns would be nulls on every change row, paid for in pandas, in Arrow and
 #: in the micro-batch cache.  The partition is a column of every record already.
 SESSION_INFO_FIELDS = tuple(f for f in SESSION_FIELDS if f.name != "partition")
-SESSION_INFO_DDL = ", ".join(f"{f.name} {f.state_type}" for f in SESSION_INFO_FIELDS)
+#: ``chain_head`` travels with them: it is kept in the state blob's metadata, not as a state field.
+SESSION_INFO_DDL = ", ".join([*(f"{f.name} {f.state_type}" for f in SESSION_INFO_FIELDS), "chain_head STRING"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -124,14 +125,19 @@ RECORD_FIELDS = (
     ("record", "STRING"), ("topic", "STRING"), ("session", "STRING"), ("partition", "INT"),
     ("offset", "BIGINT"), ("seq", "BIGINT"), ("type", "STRING"), ("row_pos", "INT"),
     ("row_id", "STRING"), ("op", "STRING"), ("is_latest", "BOOLEAN"), ROW_VALUES,
-    ("event_ts", "TIMESTAMP"), ("kafka_ts", "TIMESTAMP"), ("info", "STRING"),
+    ("event_ts", "TIMESTAMP"), ("kafka_ts", "TIMESTAMP"), ("chain_prev", "STRING"), ("chain_digest", "STRING"),
+    ("info", "STRING"),
 )
 
 ROW_CHANGES_FIELDS = (
     ("topic", "STRING NOT NULL"), ("partition", "INT NOT NULL"), ("offset", "BIGINT NOT NULL"),
     ("session", "STRING NOT NULL"), ("seq", "BIGINT NOT NULL"), ("type", "STRING NOT NULL"),
     ("row_pos", "INT"), ("row_id", "STRING NOT NULL"), ("op", "STRING NOT NULL"), ROW_VALUES,
-    ("event_ts", "TIMESTAMP"), ("kafka_ts", "TIMESTAMP"), ("hour", "STRING NOT NULL"),
+    ("event_ts", "TIMESTAMP"), ("kafka_ts", "TIMESTAMP"),
+    # The message's digest and the one before it (``core.chain``); null on rows written before the
+    # chain existed.
+    ("chain_prev", "STRING"), ("chain_digest", "STRING"),
+    ("hour", "STRING NOT NULL"),
 )
 
 CURRENT_ROWS_FIELDS = (
@@ -144,6 +150,7 @@ SESSIONS_FIELDS = (
     ("topic", "STRING NOT NULL"), ("session", "STRING NOT NULL"),
     *[(f.column, f.column_type) for f in SESSION_FIELDS],
     ("updated_at", "TIMESTAMP"),
+    ("chain_head", "STRING"),  # the digest of the session's last message with rows (``core.chain``)
 )
 
 

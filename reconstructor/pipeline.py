@@ -17,9 +17,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.config import AVAILABLE_NOW, Config
+from reconstructor.core.chain import ChainKey
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
 from reconstructor.restarts import STOP_TIMEOUT, StopRequest
 from reconstructor.schema import RowSchema
+from reconstructor.spark.chain_seeds import chain_seeds
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
@@ -223,7 +225,9 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
                       await_snapshot=cfg.await_snapshot,
                       state_retention_ms=_ms(cfg.state_retention),
                       policy=policy,
-                      losses=registry.by_partition() if registry is not None else None)
+                      losses=registry.by_partition() if registry is not None else None,
+                      chain_key=ChainKey(cfg.chain_key),
+                      chain_seeds=chain_seeds(spark, cfg.output, cfg.topic_pattern) if dedupe_changes else None)
     writer = (out.writeStream.foreachBatch(sinks.write_batch)
               .option("checkpointLocation", cfg.checkpoint)
               .outputMode("append"))

@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from reconstructor.audit.chain_check import ChainCheck, row_kinds
 from reconstructor.audit.fold import ChangeFold, as_arrow, same_value
+from reconstructor.core.chain import NO_KEY, ChainKey
 from reconstructor.audit.seq_runs import SeqRuns
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.violations import printable
@@ -80,6 +82,9 @@ class Summary:
     #: Seqs with no change and no violation row: messages that changed no row (or, before a
     #: resync snapshot, messages that never reached the session).
     rowless_seqs: int = 0
+    chained_messages: int = 0  # messages whose digest was recomputed and linked
+    chains: int = 0
+    chain_scheme: str = ""
 
     def lines(self, output: str, seconds: float) -> list[str]:
         rate = self.change_rows / seconds if seconds > 0 else float(self.change_rows)
@@ -92,6 +97,8 @@ class Summary:
             f"  {VIOLATIONS:<13}{_count(self.violations, 'row')}",
             f"  seqs without a change row: {self.set_aside_seqs:,} set aside (in {VIOLATIONS}), "
             f"{self.rowless_seqs:,} with no trace (a message that changed no row, or one lost before a resync)",
+            f"  hash chain: {_count(self.chained_messages, 'message')} recomputed ({self.chain_scheme}) and linked "
+            f"in {_count(self.chains, 'chain')}",
             f"  took {seconds:.1f}s, {rate:,.0f} change rows/s",
         ]
 
@@ -123,9 +130,13 @@ class Found(Exception):
 class Verification:
     """The checks over one output's tables (``topics``: an anchored regex, or None for all)."""
 
-    def __init__(self, sessions, violations, names: list[str], topics: str | None = None):
+    def __init__(self, sessions, violations, names: list[str], topics: str | None = None,
+                 chain_key: ChainKey = NO_KEY):
         self._topics = re.compile(topics) if topics else None
         self.names = list(names)
+        self._chain_key = chain_key
+        self._chain: ChainCheck | None = None  # built from the first batch's column types
+        self._heads: dict = {}
         self.fold = ChangeFold(self.names)
         self.summary = Summary()
         self._sessions: dict[tuple[str, str], _Session] = {}
@@ -133,6 +144,7 @@ class Verification:
         for r in self._rows(sessions):
             if (r["topic"], r["session"]) in self._sessions and self._twice is None:
                 self._twice = (r["topic"], r["session"], r["last_seq"])
+            self._heads[(r["topic"], r["session"])] = r.get("chain_head")
             self._sessions[(r["topic"], r["session"])] = _Session(
                 r["partition"], r["status"], r["first_seq"], r["last_seq"], r["last_offset"], r["row_count"] or 0)
             self.summary.sessions[r["status"]] = self.summary.sessions.get(r["status"], 0) + 1
@@ -169,6 +181,11 @@ class Verification:
             self._check_batch(batch)
         except Found as found:
             return found.discrepancy
+        if self._chain is None:
+            self._chain = ChainCheck(row_kinds(batch.schema, self.names), self._chain_key)
+        broken = self._chain.add(batch)
+        if broken is not None:
+            return Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq)
         self.fold.add(batch)
         return None
 
@@ -212,6 +229,7 @@ class Verification:
         try:
             if self._twice is not None:
                 raise Found(Discrepancy(SESSIONS, "the session has 2 rows; one per session", *self._twice))
+            self._check_chains()  # first: it names what was removed or altered, the others what differs
             self._check_sessions()
             self._check_current_rows(current_rows)
             self._check_quarantine()
@@ -240,6 +258,14 @@ class Verification:
             if (topic, session) not in self._sessions:  # a batch checks this too; the fold may be fed alone
                 raise Found(Discrepancy(SESSIONS, "row_changes holds changes of this session; sessions has "
                                         "no row for it", topic, session))
+
+    def _check_chains(self) -> None:
+        chain = self._chain or ChainCheck([], self._chain_key)
+        broken = chain.finish(self._heads)
+        if broken is not None:
+            raise Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
+        self.summary.chained_messages, self.summary.chains = chain.messages, chain.chains()
+        self.summary.chain_scheme = self._chain_key.scheme
 
     def _check_current_rows(self, current_rows) -> None:
         live: dict = defaultdict(dict)

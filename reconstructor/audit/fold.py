@@ -126,3 +126,12 @@ def changes_up_to(batch, *, seq: int | None = None, at=None) -> pa.Table:
     bound = pa.scalar(pd.Timestamp(at).tz_convert("UTC") if ts.type.tz else
                       pd.Timestamp(at).tz_convert("UTC").tz_localize(None), ts.type)
     return batch.filter(pc.fill_null(pc.less_equal(ts, bound), False))
+
+
+def last_digest(changes: pa.Table) -> str | None:
+    """The chain digest of the last message (by seq) among ``changes``: the one the table ``asof``
+    folds from them stands at (None for changes written before the chain existed)."""
+    if not changes.num_rows or "chain_digest" not in changes.column_names:
+        return None
+    at = pc.index(changes["seq"], pc.max(changes["seq"])).as_py()
+    return changes["chain_digest"][at].as_py()

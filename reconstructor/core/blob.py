@@ -20,15 +20,31 @@ _PLAIN = pa.ipc.IpcWriteOptions()
 _COMPRESSED = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
-def dump_table(table: pd.DataFrame | pa.Table, schema: RowSchema) -> bytes:
+#: The stream's schema metadata key that holds the session's chain head (``core.chain``): kept
+#: with the table rather than as a field of the state, whose struct a checkpoint fixes.  A blob
+#: written before the chain existed has none.
+CHAIN_HEAD = b"reconstructor.chain_head"
+
+
+def dump_table(table: pd.DataFrame | pa.Table, schema: RowSchema, chain_head: str | None = None) -> bytes:
     """Serialise a session table (pandas, indexed by ``row_id``, or Arrow from ``read_table``) to
-    Arrow IPC bytes."""
+    Arrow IPC bytes, with the session's chain head when it has one."""
     arrow = table if isinstance(table, pa.Table) else to_arrow(table, schema)
+    arrow = arrow.replace_schema_metadata({CHAIN_HEAD: chain_head.encode("ascii")} if chain_head else None)
     sink = pa.BufferOutputStream()
     options = _COMPRESSED if arrow.num_rows >= COMPRESS_FROM_ROWS else _PLAIN
     with pa.ipc.new_stream(sink, arrow.schema, options=options) as writer:
         writer.write_table(arrow)
     return sink.getvalue().to_pybytes()
+
+
+def chain_head(blob: bytes | None) -> str | None:
+    """The chain head a blob carries (None: a blob written before the chain, or none)."""
+    if blob is None:
+        return None
+    metadata = pa.ipc.open_stream(pa.py_buffer(blob)).schema.metadata or {}
+    head = metadata.get(CHAIN_HEAD)
+    return head.decode("ascii") if head else None
 
 
 def to_arrow(table: pd.DataFrame, schema: RowSchema) -> pa.Table:

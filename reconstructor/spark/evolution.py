@@ -2,7 +2,7 @@
 
 The decision is ``reconstructor.table_evolution``'s; this reads each existing table's columns from
 its Delta log and runs the ``ALTER TABLE``.  Every table is checked before any is altered, so a
-refused change leaves all of them as they were.  ``sessions`` holds no row columns and needs none.
+refused change leaves all of them as they were.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.output import CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS, table_path
+from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS, SESSIONS,
+                                  SESSIONS_FIELDS, table_path)
 from reconstructor.schema import RowSchema
 from reconstructor.spark.transactions import side_by_side
 from reconstructor.table_evolution import TableColumn, TableEvolution, plan_evolution, wanted_columns
 
-#: The tables whose columns follow the row schema, and their field lists.
-ROW_TABLES = {ROW_CHANGES: ROW_CHANGES_FIELDS, CURRENT_ROWS: CURRENT_ROWS_FIELDS}
+#: The tables whose columns follow the row schema or grew since they were first written (the
+#: chain's, in ``row_changes`` and ``sessions``), and their field lists.
+EVOLVED_TABLES = {ROW_CHANGES: ROW_CHANGES_FIELDS, CURRENT_ROWS: CURRENT_ROWS_FIELDS, SESSIONS: SESSIONS_FIELDS}
 
 
 def _table_ref(path: str) -> str:
@@ -36,10 +38,10 @@ def evolve_tables(spark: SparkSession, output: str, schema: RowSchema) -> list[T
             return None
         existing = [TableColumn(f.name, f.dataType.simpleString(), f.nullable)
                     for f in DeltaTable.forPath(spark, path).toDF().schema.fields]
-        return plan_evolution(name, existing, wanted_columns(ROW_TABLES[name], schema))
+        return plan_evolution(name, existing, wanted_columns(EVOLVED_TABLES[name], schema))
 
     try:
-        plans = side_by_side(spark, *[functools.partial(plan, name) for name in ROW_TABLES])
+        plans = side_by_side(spark, *[functools.partial(plan, name) for name in EVOLVED_TABLES])
     except Exception as exc:  # noqa: BLE001 - any failure here is the output's
         raise ReconstructorError(
             f"cannot read the output tables under {output}: {error_line(exc)}") from exc

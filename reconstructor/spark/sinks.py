@@ -552,7 +552,7 @@ class DeltaSinks:
     def _merge_sessions(self, sessions: DataFrame) -> None:
         source = sessions.select(
             "topic", "session", *[_session_column(f) for f in SESSION_FIELDS],
-            F.current_timestamp().alias("updated_at"),
+            F.current_timestamp().alias("updated_at"), F.col(f"{SESSION_INFO}.chain_head").alias("chain_head"),
         )
         cols = column_names(SESSIONS_FIELDS)
         assign = {c: f"source.`{c}`" for c in cols}

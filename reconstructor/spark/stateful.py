@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.batch import process_batch
-from reconstructor.core.blob import dump_table, read_table
+from reconstructor.core.blob import chain_head, dump_table, read_table
+from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, chain_messages
 from reconstructor.core.data_loss import DataLoss, loss_reaching
 from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
@@ -60,10 +61,10 @@ def _state_value(state: SessionState, field: SessionField):
     return value.value if isinstance(value, SessionStatus) else value
 
 
-def state_to_tuple(state: SessionState, schema: RowSchema) -> tuple:
+def state_to_tuple(state: SessionState, schema: RowSchema, head: str | None = None) -> tuple:
     """The state as Spark's ``GroupState`` holds it (``STATE_FIELDS``): its scalars, then its table's
-    Arrow blob."""
-    return tuple(dump_table(state.stored, schema) if f.name == "table" else _state_value(state, f)
+    Arrow blob (which carries the session's chain head)."""
+    return tuple(dump_table(state.stored, schema, head) if f.name == "table" else _state_value(state, f)
                  for f in STATE_FIELDS)
 
 
@@ -112,15 +113,20 @@ class SessionReconstructor:
 
     def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False,
                  state_retention_ms: int = DEFAULT_STATE_RETENTION_MS, policy: IntegrityPolicy = STRICT,
-                 losses: Mapping[tuple[str, int], list[DataLoss]] | None = None):
+                 losses: Mapping[tuple[str, int], list[DataLoss]] | None = None,
+                 chain_key: ChainKey = NO_KEY, chain_seeds: Mapping[tuple[str, str, int], str] | None = None):
         self.losses = dict(losses or {})
+        self.chain_key = chain_key
+        self.chain_seeds = dict(chain_seeds or {})
+        self.row_types = [(c.name, c.type) for c in schema.columns]
         self.schema = schema
         self.timeout_ms = int(session_timeout_ms)
         self.retention_ms = int(state_retention_ms)
         self.await_snapshot = await_snapshot
         self.policy = policy
         self.columns = column_names(RECORD_FIELDS, schema)
-        self._no_changes = columns_of(empty_changes(schema))
+        self._no_changes = {**columns_of(empty_changes(schema)), "chain_prev": np.empty(0, dtype=object),
+                            "chain_digest": np.empty(0, dtype=object)}
 
     def __call__(self, key, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         topic, session = key
@@ -145,7 +151,11 @@ class SessionReconstructor:
             self._arm_timeout(state, previous.status, has_table=state.get[_AT["table"]] is not None)
             return
         new = result.state
-        state.update(state_to_tuple(new, self.schema))
+        known = chain_head(state.get[_AT["table"]]) if state.exists else None
+        prevs, digests, head = chain_messages(topic, session, result.columns, self._chain_from(
+            topic, session, result.columns, known), self.row_types, self.chain_key)
+        head = None if head == CHAIN_START else head
+        state.update(state_to_tuple(new, self.schema, head))
         self._arm_timeout(state, new.status, has_table=True)
         changes, current = result.columns, 0
         if (previous is not None and previous.status == SessionStatus.TIMED_OUT
@@ -153,8 +163,20 @@ class SessionReconstructor:
             n = len(changes["row_id"])
             changes = rows_back(changes, new, previous, self.schema)
             current = len(changes["row_id"]) - n
+            prevs, digests = (np.concatenate([a, np.full(current, None, dtype=object)]) for a in (prevs, digests))
+        changes = {**changes, "chain_prev": prevs, "chain_digest": digests}
         yield self._group_frame(topic, session, changes, new, new.status, row_count=new.row_count,
-                                current=current)
+                                current=current, head=head)
+
+    def _chain_from(self, topic: str, session: str, columns: dict, known: str | None) -> str:
+        """The digest the batch's first message links to: the session's head, else (a replay that
+        starts at a snapshot the tables hold) the digest the tables link that snapshot to, else a
+        new chain."""
+        if known is not None:
+            return known
+        if self.chain_seeds and len(columns["row_id"]) and columns["type"][0] == "snapshot":
+            return self.chain_seeds.get((topic, session, int(columns["seq"][0])), CHAIN_START)
+        return CHAIN_START
 
     def _lost(self, topic: str, session: str, previous: SessionState | None) -> IntegrityViolation | None:
         """The session's own ``DATA_LOSS`` row when a loss on its partition reaches it, else None."""
@@ -188,7 +210,7 @@ class SessionReconstructor:
             state.setTimeoutDuration(self.retention_ms)
             yield self._violations(topic, session, [lost], RecordKind.RECORDED)
             yield self._group_frame(topic, session, self._no_changes, previous, SessionStatus.QUARANTINED,
-                                    row_count=int(row[_AT["row_count"]]))
+                                    row_count=int(row[_AT["row_count"]]), head=chain_head(row[_AT["table"]]))
             return
         if previous.status == SessionStatus.OPEN:
             state.update(_with(row, status=SessionStatus.TIMED_OUT.value))
@@ -200,10 +222,10 @@ class SessionReconstructor:
         state.setTimeoutDuration(max(1, self.retention_ms - self.timeout_ms))
         if previous.status == SessionStatus.OPEN:
             yield self._group_frame(topic, session, self._no_changes, previous, SessionStatus.TIMED_OUT,
-                                    row_count=int(row[_AT["row_count"]]))
+                                    row_count=int(row[_AT["row_count"]]), head=chain_head(row[_AT["table"]]))
 
     def _group_frame(self, topic, session, changes: dict, s: SessionState, status: SessionStatus,
-                     row_count: int, current: int = 0) -> pd.DataFrame:
+                     row_count: int, current: int = 0, head: str | None = None) -> pd.DataFrame:
         """The group's output as one frame: its change rows (the last ``current`` of them rows for
         current_rows only), then its session row.
 
@@ -213,6 +235,7 @@ class SessionReconstructor:
         """
         given = {"status": status.value, "row_count": row_count}
         info = {f.name: given[f.name] if f.name in given else _state_value(s, f) for f in SESSION_INFO_FIELDS}
+        info["chain_head"] = head
         n = len(changes["row_id"])
         own = {"record": ([RecordKind.CHANGE.value] * (n - current) + [RecordKind.CURRENT.value] * current
                           + [RecordKind.SESSION.value]),
@@ -273,14 +296,18 @@ def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: in
                 await_snapshot: bool = False,
                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS,
                 policy: IntegrityPolicy = STRICT,
-                losses: Mapping[tuple[str, int], list[DataLoss]] | None = None) -> DataFrame:
+                losses: Mapping[tuple[str, int], list[DataLoss]] | None = None,
+                chain_key: ChainKey = NO_KEY,
+                chain_seeds: Mapping[tuple[str, str, int], str] | None = None) -> DataFrame:
     """Group parsed records by ``(topic, session)`` and run the state function over them.
 
     In quarantine mode the records carry their raw value (``parse_records(keep_values=True)``) for
     the ``violations`` table, and ``losses`` (the checkpoint's recorded ``DATA_LOSS``) reach the
-    sessions of their partitions."""
+    sessions of their partitions.  Each change carries its message's digest (``core.chain``,
+    HMACs with ``chain_key``); a replay's ``chain_seeds`` link the snapshots it starts sessions at to
+    the chain the tables hold."""
     fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms, policy,
-                              losses=losses)
+                              losses=losses, chain_key=chain_key, chain_seeds=chain_seeds)
     inputs = reconstruct_inputs(records, schema, with_values=policy.quarantine)
     return inputs.groupBy("topic", "group_session").applyInPandasWithState(
         fn,

@@ -25,6 +25,7 @@ from tests.support.pipeline import current_tables, expected_all, produce
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
 README = Path(__file__).resolve().parents[2] / "README.md"
+KEY = "verify-asof-chain-key"  # the run's chain is HMACs: verify needs it
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +41,13 @@ def fleet(stack, tmp_path_factory):
     out = tmp_path_factory.mktemp("verify") / "out"
     ran = cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"{spec.topic_prefix}[0-9]+",
               "--output", str(out), "--checkpoint", str(out.parent / "chk"), "--compact-every", "off",
-              "--on-violation", "quarantine")
+              "--on-violation", "quarantine", "--chain-key", KEY)
     assert ran.returncode == 0, ran.stderr[-3000:]
     return {"out": out, "original": original, "messages": messages, "victim": victim, "run_id": run_id}
 
 
-def verify(output, *flags):
-    return cli("verify", "--output", str(output), *flags)
+def verify(output, *flags, key=KEY):
+    return cli("verify", "--output", str(output), *flags, *(("--chain-key", key) if key else ()))
 
 
 def failed_line(result) -> str:
@@ -78,6 +79,9 @@ def test_the_run_verifies_and_the_summary_counts_what_was_checked(fleet):
     assert "sessions     4 (4 open)" in result.stdout
     assert re.search(r"[1-9][\d,]* set aside \(in violations\)", result.stdout)  # the quarantined records
     assert "change rows/s" in lines[-1]
+    # The victim's chain goes on through its quarantine and resync: one chain per session.
+    assert re.search(r"hash chain: [1-9][\d,]* messages recomputed \(hmac-sha256\) and linked in 4 chains",
+                     result.stdout), result.stdout
     narrowed = verify(fleet["out"], "--topic-pattern", f"v{fleet['run_id']}-sensor-1")
     assert narrowed.returncode == 0 and "sessions     2 (2 open)" in narrowed.stdout
 
@@ -107,9 +111,66 @@ def test_a_deleted_change_row_is_named(fleet, tmp_path):
     table.alter.set_table_properties({"delta.appendOnly": "false"})
     table.delete(f"session = '{change.session}' AND row_id = '{change.row_id}' AND \"offset\" = {change.offset}")
     line = failed_line(verify(out))
-    assert line.startswith(f"reconstructor: VERIFY FAILED current_rows topic={change.topic} "
-                           f"session={change.session} seq="), line
-    assert f"row={change.row_id}: " in line
+    assert line == (f"reconstructor: VERIFY FAILED row_changes topic={change.topic} session={change.session} "
+                    f"seq={change.seq}: the digest of the message at offset {change.offset} is not the one its rows "
+                    "give: a change of it was altered, added or removed (or the key is not the chain's)"), line
+
+
+def _changes(out: Path):
+    return DeltaTable(str(out / "row_changes")).to_pandas().sort_values(["topic", "session", "offset", "row_pos"])
+
+
+def _editable(out: Path) -> DeltaTable:
+    table = DeltaTable(str(out / "row_changes"))
+    table.alter.set_table_properties({"delta.appendOnly": "false"})
+    return table
+
+
+def test_every_change_row_of_a_message_deleted_is_named(fleet, tmp_path):
+    """Later changes to the same rows remain, so no other table tells: the next message links to a
+    digest that no message holds any more."""
+    out = copy_of(fleet, tmp_path)
+    changes = _changes(out)
+    updates = changes[(changes["type"] == "update") & (changes["session"] != fleet["victim"])]
+    victim = updates.drop_duplicates(["topic", "session", "offset"]).iloc[3]
+    following = changes[(changes["session"] == victim.session) & (changes["offset"] > victim.offset)].iloc[0]
+    _editable(out).delete(f"session = '{victim.session}' AND \"offset\" = {victim.offset}")
+    line = failed_line(verify(out))
+    assert line == (f"reconstructor: VERIFY FAILED row_changes topic={victim.topic} session={victim.session} "
+                    f"seq={following.seq}: the message at offset {following.offset} links to a digest that no "
+                    "message of the session holds: a message before it lost its rows"), line
+
+
+def test_an_altered_value_of_a_change_that_a_later_one_overwrote_is_named(fleet, tmp_path):
+    out = copy_of(fleet, tmp_path)
+    changes = _changes(out)
+    upserts = changes[(changes["op"] == "upsert") & (changes["type"] == "update")]
+    overwritten = upserts[upserts.duplicated(["topic", "session", "row_id"], keep="last")].iloc[0]
+    _editable(out).update(predicate=f"session = '{overwritten.session}' AND \"offset\" = {overwritten.offset} "
+                                    f"AND row_id = '{overwritten.row_id}'", new_values={"temperature": "-999.0"})
+    line = failed_line(verify(out))
+    assert line.startswith(f"reconstructor: VERIFY FAILED row_changes topic={overwritten.topic} "
+                           f"session={overwritten.session} seq={overwritten.seq}: the digest of the message at "
+                           f"offset {overwritten.offset} is not the one its rows give"), line
+
+
+def test_the_last_message_of_a_session_deleted_is_named_by_its_chain_head(fleet, tmp_path):
+    out = copy_of(fleet, tmp_path)
+    changes = _changes(out)
+    last = changes[changes["session"] != fleet["victim"]].groupby(["topic", "session"]).tail(1).iloc[0]
+    _editable(out).delete(f"session = '{last.session}' AND \"offset\" = {last.offset}")
+    line = failed_line(verify(out))
+    assert line.startswith(f"reconstructor: VERIFY FAILED sessions topic={last.topic} session={last.session} "), line
+    assert ": chain_head is hmac-sha256:" in line and "messages after it lost their rows" in line, line
+
+
+def test_a_keyed_chain_needs_its_key(fleet):
+    without = verify(fleet["out"], key=None)
+    assert without.returncode == 2, without.stderr
+    assert without.stderr.strip() == ("reconstructor: row_changes' digests are HMACs: verify needs the chain's key "
+                                      "(--chain-key, RECON_CHAIN_KEY or chain_key in the config file)")
+    wrong = failed_line(verify(fleet["out"], key="not-the-key"))
+    assert "is not the one its rows give" in wrong and "(or the key is not the chain's)" in wrong
 
 
 def test_a_changed_value_in_current_rows_is_named(fleet, tmp_path):
@@ -164,6 +225,12 @@ def test_asof_a_seq_and_a_time_match_the_produced_stream(fleet, tmp_path):
     at = next(p.message["ts"] for p in fleet["messages"] if p.session == session and p.message["seq"] == 21)
     same_rows(asof_rows(fleet["out"], topic, session, "--at", at),
               expected_at(fleet["messages"], topic, session, lambda m: m["ts"] <= at))
+    # asof names the digest of the last message it folded: the chain's state at that point.
+    shown = cli("asof", "--output", str(fleet["out"]), "--topic", topic, "--session", session, "--seq", "13",
+                "--format", "json")
+    logged = _changes(fleet["out"])
+    logged = logged[(logged["session"] == session) & (logged["seq"] <= 13)]
+    assert json.loads(shown.stdout)["session"]["chain_digest"] == logged.sort_values("seq")["chain_digest"].iloc[-1]
     as_csv = cli("asof", "--output", str(fleet["out"]), "--topic", topic, "--session", session, "--seq", "13",
                  "--format", "csv")
     assert as_csv.returncode == 0 and as_csv.stdout.splitlines()[0] == ",".join(["row_id", *NAMES])

@@ -44,7 +44,8 @@ def test_one_frame_per_group_change_rows_then_the_session_row_in_the_change_rows
     updates = [Msg(1, "update", offset=1, rows=[{"id": "a", "values": {"temperature": 2.5}}]),
                Msg(2, "update", offset=2, rows=[{"id": "b", "op": "delete"}])]
 
-    frames = call(fn, [typed(to_frame(updates))], group_state(state))
+    gs = group_state(state)
+    frames = call(fn, [typed(to_frame(updates))], gs)
 
     assert len(frames) == 1
     out = frames[0]
@@ -54,10 +55,16 @@ def test_one_frame_per_group_change_rows_then_the_session_row_in_the_change_rows
     assert list(out["is_latest"][:2]) == [True, True]
     session = out.iloc[-1]
     assert (session["partition"], session["offset"], session["seq"]) == (0, 2, 2)
+    # A state with no chain head (as one written before the chain) starts a chain at its next message.
+    assert out["chain_prev"][0] == "" and out["chain_prev"][1] == out["chain_digest"][0] != out["chain_digest"][1]
     assert json.loads(session["info"]) == {
         "status": "open", "first_seq": 0, "last_seq": 2, "last_offset": 2, "snapshot_seq": 0,
         "snapshot_offset": 0, "row_count": 1, "started_us": 1795255200000000,
-        "last_event_us": 1795255202000000}
+        "last_event_us": 1795255202000000, "chain_head": out["chain_digest"][1]}
+    # The head is kept with the state, and the next batch continues from it.
+    more = call(fn, [typed(to_frame([Msg(3, "update", offset=3, rows=[{"id": "a", "values": {"temperature": 3.0}}])]))],
+                _group_state(tuple(gs.get)))
+    assert more[0]["chain_prev"][0] == out["chain_digest"][1]
     # Typed like the change rows, so pyspark's concatenation of all groups keeps them typed.
     dtypes = out.dtypes.astype(str).to_dict()
     assert {c: dtypes[c] for c in ("partition", "offset", "seq", "temperature", "reading_count",
