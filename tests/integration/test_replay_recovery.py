@@ -66,6 +66,9 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
     assert read_table(spark, out, "row_changes").count() == change_count(messages)  # nothing repeated
     sessions = read_table(spark, out, "sessions").collect()
     assert {r.last_seq for r in sessions} == {max(p.message["seq"] for p in messages)}
+    # The replay's chains continue those the tables hold from the snapshots it started at.
+    assert cli_main(["verify", "--output", out]) == 0, capsys.readouterr().err[-2000:]
+    assert " in 4 chains" in capsys.readouterr().out
 
     # The stream carries on from the replay's checkpoint, exactly; the replaced checkpoint is
     # refused from then on (it would re-read what the replay wrote under another writer's id).

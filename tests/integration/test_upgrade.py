@@ -67,3 +67,9 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
     assert_exact(spark, out, messages, NAMES)
     longs = {r.reading_count for r in read_table(spark, out, "row_changes").collect()}
     assert 2**63 - 1 in longs and None in longs
+    # The tables took the hash chain's columns; each session's chain starts where this release took
+    # over, after the rows the previous one wrote, and verifies.
+    verified = subprocess.run([sys.executable, "-m", "reconstructor", "verify", "--output", out],
+                              capture_output=True, text=True, timeout=600)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    assert " in 4 chains" in verified.stdout, verified.stdout
