@@ -8,11 +8,15 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconstructor.audit.chain_check import ChainCheck, row_kinds
 from reconstructor.core.chain import CHAIN_START, ChainKey, canonical_message, chain_messages, jcs_number
+from reconstructor.errors import UsageError
 
 COLUMNS = [("name", "string"), ("count", "long"), ("level", "double"), ("on", "boolean"), ("at", "timestamp")]
 LONG = st.integers(-(2**63), 2**63 - 1)
@@ -137,3 +141,46 @@ def test_with_a_key_the_digests_are_hmacs_that_another_key_does_not_give():
     _, other, _ = chain_messages("t", "s", batch(), CHAIN_START, ROW, ChainKey("k-2"))
     assert keyed[0].startswith("hmac-sha256:") and keyed[0] != other[0] and plain[0] != keyed[0]
     assert "k-1" not in repr(ChainKey("k-1"))
+
+
+# -- verify's side: the chain checked from the rows as row_changes holds them ----------------------
+
+def logged(key=None, prev=CHAIN_START, values=("a", "b", "c")) -> pa.Table:
+    """``batch()`` as row_changes holds it, with its digests."""
+    cols = batch(values)
+    prevs, digests, _ = chain_messages("t", "s", cols, prev, ROW, ChainKey(key))
+    frame = pd.DataFrame({**{k: v for k, v in cols.items()}, "topic": "t", "session": "s",
+                          "chain_prev": prevs, "chain_digest": digests})
+    frame["event_ts"] = frame["event_ts"].dt.tz_localize("UTC")
+    frame["kafka_ts"] = frame["kafka_ts"].dt.tz_localize("UTC")
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def checked(table: pa.Table, key=None, head="last"):
+    check = ChainCheck(row_kinds(table.schema, ["name", "count"]), ChainKey(key))
+    found = check.add(table)
+    if found is None:
+        digests = table["chain_digest"].to_pylist()
+        found = check.finish({("t", "s"): digests[-1] if head == "last" else head})
+    return found
+
+
+def test_the_rows_as_logged_give_back_their_digests_and_link():
+    assert checked(logged()) is None
+    assert checked(logged(key="k"), key="k") is None
+
+
+def test_a_chain_of_plain_digests_is_a_discrepancy_when_a_key_is_given_and_hmacs_need_one():
+    found = checked(logged(), key="k")
+    assert found is not None and "it was not made with the chain's key" in found.detail
+    with pytest.raises(UsageError):
+        checked(logged(key="k"))
+
+
+def test_a_chain_that_starts_at_an_update_or_ends_before_its_head_is_named():
+    updates_only = logged().slice(2)  # the snapshot's rows gone: the first update links to nothing
+    found = checked(updates_only)
+    assert found is not None and "links to a digest that no message of the session holds" in found.detail
+    assert "not the one its rows give" in checked(logged().slice(1)).detail  # one of a message's rows gone
+    found = checked(logged().slice(0, 3), head=logged()["chain_digest"][3].as_py())  # the last message gone
+    assert found is not None and found.table == "sessions" and "lost their rows" in found.detail
