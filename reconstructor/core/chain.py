@@ -23,12 +23,13 @@ each message to the one before it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import math
 from decimal import Decimal
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -84,8 +85,11 @@ def jcs_number(x: float) -> str:
     shortest decimal that reads back as ``x``, in plain or exponent form by its magnitude."""
     if x == 0:
         return "0"
+    text = repr(x)  # the shortest round-trip digits; plain from 1e-4 to 1e16, as ECMAScript's
+    if "e" not in text:
+        return text[:-2] if text.endswith(".0") else text
     sign = "-" if x < 0 else ""
-    d = Decimal(repr(abs(x))).normalize()  # repr: the shortest round-trip digits
+    d = Decimal(repr(abs(x))).normalize()
     _, digit_tuple, exp = d.as_tuple()
     digits = "".join(map(str, digit_tuple))
     k, n = len(digits), len(digits) + exp  # x = 0.d1d2...dk * 10**n
@@ -101,29 +105,52 @@ def jcs_number(x: float) -> str:
     return sign + text
 
 
+def _null(value) -> bool:
+    return value is None or value is pd.NA or value is pd.NaT
+
+
+def _string(value) -> str | None:
+    return None if _null(value) else _encode_string(str(value))
+
+
+def _long(value) -> str | None:
+    return None if _null(value) else f'"{int(value)}"'
+
+
+def _boolean(value) -> str | None:
+    return None if _null(value) else ("true" if value else "false")
+
+
+def _timestamp(value) -> str | None:
+    """A time as epoch microseconds (an int is one already: ``_plain`` gives them so)."""
+    if _null(value):
+        return None
+    if isinstance(value, int):
+        return f'"{value}"'
+    ts = pd.Timestamp(value)
+    return None if ts is pd.NaT else f'"{_micros(ts)}"'
+
+
+def _double(value) -> str | None:
+    if _null(value):
+        return None
+    x = float(value)
+    if x != x:
+        return None  # a double's null, as the table holds it
+    if math.isinf(x):
+        return '"Infinity"' if x > 0 else '"-Infinity"'
+    return jcs_number(x)
+
+
+_ENCODE = {"string": _string, "long": _long, "boolean": _boolean, "timestamp": _timestamp, "double": _double}
+
+
 def _json_value(value, kind: str) -> str | None:
     """A value as canonical JSON text, or None for a null (left out)."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if kind == "string":
-        return _encode_string(str(value))
-    if kind == "long":
-        return f'"{int(value)}"'
-    if kind == "boolean":
-        return "true" if bool(value) else "false"
-    if kind == "timestamp":
-        ts = pd.Timestamp(value)
-        if pd.isna(ts):
-            return None
-        return f'"{_micros(ts)}"'
-    if kind == "double":
-        x = float(value)
-        if math.isnan(x):
-            return None  # a double's null, as the table holds it
-        if math.isinf(x):
-            return '"Infinity"' if x > 0 else '"-Infinity"'
-        return jcs_number(x)
-    raise ValueError(f"no canonical form for type {kind!r}")
+    try:
+        return _ENCODE[kind](value)
+    except KeyError:
+        raise ValueError(f"no canonical form for type {kind!r}") from None
 
 
 def _micros(ts: pd.Timestamp) -> int:
@@ -132,12 +159,11 @@ def _micros(ts: pd.Timestamp) -> int:
     return ts.value // 1000
 
 
-def _object(members: Iterable[tuple[str, str | None]]) -> str:
-    """A JSON object from (name, canonical value text) pairs, nulls left out, names in JCS order
-    (UTF-16 code units; column names are ASCII-like, where it is the code point order too)."""
-    kept = sorted(((name, text) for name, text in members if text is not None),
-                  key=lambda m: m[0].encode("utf-16-be"))
-    return "{" + ",".join(f"{_encode_string(name)}:{text}" for name, text in kept) + "}"
+@functools.lru_cache(maxsize=64)
+def _value_encoders(columns: tuple[tuple[str, str], ...]) -> tuple:
+    """Per row column, in JCS member order (UTF-16 code units): its name, ``"name":`` and encoder."""
+    ordered = sorted(columns, key=lambda c: c[0].encode("utf-16-be"))
+    return tuple((name, _encode_string(name) + ":", _ENCODE[kind]) for name, kind in ordered)
 
 
 def canonical_message(topic: str, session: str, message: Mapping, changes: Sequence[Mapping],
@@ -147,24 +173,23 @@ def canonical_message(topic: str, session: str, message: Mapping, changes: Seque
     ``message`` holds the message's ``partition``, ``offset``, ``seq``, ``type``, ``event_ts`` and
     ``kafka_ts``; each change its ``row_pos``, ``row_id``, ``op`` and the row values;
     ``columns`` the row schema as (name, type) pairs."""
+    encoders = _value_encoders(tuple(columns))
     ordered = sorted(changes, key=lambda c: (int(c["row_pos"]), str(c["row_id"]).encode("utf-8")))
     rows = []
     for c in ordered:
-        values = _object((name, _json_value(c.get(name), kind)) for name, kind in columns)
-        rows.append(_object((("op", _encode_string(str(c["op"]))), ("row_id", _encode_string(str(c["row_id"]))),
-                             ("row_pos", f'"{int(c["row_pos"])}"'), ("values", values))))
-    text = _object((
-        ("changes", "[" + ",".join(rows) + "]"),
-        ("event_ts", _json_value(message.get("event_ts"), "timestamp")),
-        ("kafka_ts", _json_value(message.get("kafka_ts"), "timestamp")),
-        ("offset", f'"{int(message["offset"])}"'),
-        ("partition", f'"{int(message["partition"])}"'),
-        ("seq", f'"{int(message["seq"])}"'),
-        ("session", _encode_string(session)),
-        ("topic", _encode_string(topic)),
-        ("type", _encode_string(str(message["type"]))),
-    ))
-    return text.encode("utf-8")
+        values = ",".join(prefix + text for name, prefix, encode in encoders
+                          if (text := encode(c.get(name))) is not None)
+        rows.append(f'{{"op":{_encode_string(str(c["op"]))},"row_id":{_encode_string(str(c["row_id"]))},'
+                    f'"row_pos":"{int(c["row_pos"])}","values":{{{values}}}}}')
+    members = [f'"changes":[{",".join(rows)}]']
+    for name in ("event_ts", "kafka_ts"):
+        text = _timestamp(message.get(name))
+        if text is not None:
+            members.append(f'"{name}":{text}')
+    members += [f'"offset":"{int(message["offset"])}"', f'"partition":"{int(message["partition"])}"',
+                f'"seq":"{int(message["seq"])}"', f'"session":{_encode_string(session)}',
+                f'"topic":{_encode_string(topic)}', f'"type":{_encode_string(str(message["type"]))}']
+    return ("{" + ",".join(members) + "}").encode("utf-8")
 
 
 def chain_messages(topic: str, session: str, columns: Mapping[str, Sequence], prev: str,
@@ -200,8 +225,9 @@ def _plain(values) -> list:
     a float and is left out as a null by ``_json_value``)."""
     if isinstance(values, pd.Series):
         values = values.array
-    if isinstance(values, np.ndarray) and values.dtype.kind == "M":
-        return [None if pd.isna(v) else pd.Timestamp(v) for v in values]
+    if isinstance(values, np.ndarray) and values.dtype.kind == "M":  # naive UTC: epoch microseconds
+        micros = values.astype("datetime64[us]").astype(np.int64).tolist()
+        return [None if null else us for us, null in zip(micros, np.isnat(values).tolist())]
     if isinstance(values, pd.api.extensions.ExtensionArray):
         return [None if v is pd.NA or v is pd.NaT else v for v in values.astype(object)]
     return list(values)
