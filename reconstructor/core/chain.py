@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["CHAIN_START", "ChainKey", "canonical_message", "chain_messages", "digest", "scheme_of"]
+__all__ = ["CHAIN_START", "ChainKey", "canonical_message", "chain_messages", "scheme_of"]
 
 #: The ``prev_digest`` of a chain's first message.
 CHAIN_START = ""
@@ -65,10 +65,6 @@ class ChainKey:
 
 
 NO_KEY = ChainKey(None)
-
-
-def digest(prev: str, canonical: bytes, key: ChainKey = NO_KEY) -> str:
-    return key.digest(prev, canonical)
 
 
 def scheme_of(value: str | None) -> str | None:
@@ -145,14 +141,6 @@ def _double(value) -> str | None:
 _ENCODE = {"string": _string, "long": _long, "boolean": _boolean, "timestamp": _timestamp, "double": _double}
 
 
-def _json_value(value, kind: str) -> str | None:
-    """A value as canonical JSON text, or None for a null (left out)."""
-    try:
-        return _ENCODE[kind](value)
-    except KeyError:
-        raise ValueError(f"no canonical form for type {kind!r}") from None
-
-
 def _micros(ts: pd.Timestamp) -> int:
     if ts.tzinfo is not None:
         ts = ts.tz_convert("UTC").tz_localize(None)
@@ -222,7 +210,7 @@ def chain_messages(topic: str, session: str, columns: Mapping[str, Sequence], pr
 
 def _plain(values) -> list:
     """A column's values as Python objects, nulls as None (pandas' NA, NaT; a double's NaN stays
-    a float and is left out as a null by ``_json_value``)."""
+    a float and is left out as a null by ``_double``)."""
     if isinstance(values, pd.Series):
         values = values.array
     if isinstance(values, np.ndarray) and values.dtype.kind == "M":  # naive UTC: epoch microseconds
