@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
-STACK  := $(VPY) -m reconstructor.devstack.localstack
+STACK  := $(VPY) -m workbench.localstack
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 FLEET_ARGS ?=
@@ -85,10 +85,10 @@ bench-core: venv
 	@$(VPY) -m tests.benchmarks.core_bench
 
 demo: up
-	@$(VPY) -m reconstructor demo
+	@$(VPY) -m workbench demo
 
 smoke: up
-	@$(VPY) -m reconstructor.devstack.smoke
+	@$(VPY) -m workbench.smoke
 
 wheel: venv
 	@$(VPY) -m pip wheel -q --no-deps -w dist .

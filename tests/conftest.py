@@ -22,7 +22,7 @@ os.environ.setdefault("RECON_SPARK_LOG_LEVEL", "ERROR")
 @pytest.fixture(scope="session")
 def stack():
     """The local Kafka broker and S3 endpoint, started if they are not running."""
-    from reconstructor.devstack import localstack
+    from workbench import localstack
 
     try:
         localstack.up()
@@ -33,7 +33,7 @@ def stack():
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from reconstructor.devstack.smoke import local_s3
+    from workbench.smoke import local_s3
     from reconstructor.spark.engine import build_spark
 
     session = build_spark(

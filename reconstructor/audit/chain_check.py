@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from reconstructor.core.chain import CHAIN_START, HMAC_SHA256, ChainKey, canonical_message, scheme_of
 from reconstructor.errors import UsageError
-from reconstructor.output import ROW_CHANGES, SESSIONS
+from reconstructor.contract.tables import ROW_CHANGES, SESSIONS
 
 __all__ = ["ChainCheck", "ChainBreak", "row_kinds"]
 

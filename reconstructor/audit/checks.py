@@ -44,7 +44,7 @@ from reconstructor.core.chain import NO_KEY, ChainKey
 from reconstructor.audit.seq_runs import SeqRuns
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.violations import printable
-from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
+from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
 
 SKIPPED, DRIFT = "SKIPPED", "SNAPSHOT_DRIFT"
 CHANGE_KEY = ["topic", "partition", "offset", "row_pos", "row_id"]

@@ -14,9 +14,9 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
-from reconstructor.config import S3Config
+from reconstructor.settings import S3Config
 from reconstructor.errors import ReconstructorError
-from reconstructor.output import table_path
+from reconstructor.contract.tables import table_path
 
 
 def delta_uri(uri: str) -> str:

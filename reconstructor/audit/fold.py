@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reconstructor.output import ROW_CHANGES_FIELDS, ROW_VALUES
+from reconstructor.contract.tables import ROW_CHANGES_FIELDS, ROW_VALUES
 
 #: The columns of ``row_changes`` that are not row values.
 CHANGE_COLUMNS = frozenset(f[0] for f in ROW_CHANGES_FIELDS if f is not ROW_VALUES)

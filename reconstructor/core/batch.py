@@ -25,7 +25,7 @@ from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import (Rejected, apply_messages, apply_updates, columns_of, empty_changes,
                                       empty_table, snapshot_problem)
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 
 
 @dataclass

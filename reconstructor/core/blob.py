@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from reconstructor.schema import RowSchema, SchemaError
+from reconstructor.contract.row_schema import RowSchema, SchemaError
 
 # A table of fewer rows than this is written uncompressed: for a few hundred rows zstd costs more
 # than the rest of the dump and load together, and Spark compresses the state store's changelog

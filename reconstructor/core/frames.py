@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 
 # One row per row of a message; a message without rows (an `end`, an empty snapshot) has one row
 # with a null row_pos.  `error` is the parse failure of the record, null when it parsed.

@@ -7,7 +7,7 @@ replaced only by a conditional write (on S3 a conditional PUT, ``If-None-Match``
 renewed while the driver lives, and taken by another driver only once it has expired.
 
 This module is the verdict, pure: what a driver does on finding a lease.  Storing it is
-``reconstructor.lease``.
+``reconstructor.contract.lease``.
 """
 
 from __future__ import annotations

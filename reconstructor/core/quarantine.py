@@ -25,7 +25,7 @@ from reconstructor.core.frames import VALUE
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import empty_table, snapshot_problem
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 
 SET_ASIDE = "set aside: the session is quarantined until its next snapshot"
 

@@ -21,7 +21,7 @@ from reconstructor.core.frames import (CHANGE, INT_COLUMNS, coerce_columns, coer
 from reconstructor.core.policy import OnDrift
 from reconstructor.core.state import SessionState
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from reconstructor.errors import ReconstructorError, error_line
-from reconstructor.output import ROW_CHANGES, table_path
+from reconstructor.contract.tables import ROW_CHANGES, table_path
 
 
 def chain_seeds(spark: SparkSession, output: str, topic_pattern: str | None) -> dict[tuple[str, str, int], str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from reconstructor.core.writer import CheckpointState, last_batch, query_id_of
+from reconstructor.contract.writer import CheckpointState, last_batch, query_id_of
 
 
 def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from reconstructor.config import SAFE_VACUUM_RETENTION
-from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, VIOLATIONS, table_path
+from reconstructor.settings import SAFE_VACUUM_RETENTION
+from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, VIOLATIONS, table_path
 from reconstructor.spark.transactions import spark_like
 
 log = logging.getLogger(__name__)

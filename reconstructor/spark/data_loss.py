@@ -23,8 +23,8 @@ from reconstructor.core.data_loss import (DataLoss, find_data_loss, losses_from_
                                           settle_recreated)
 from reconstructor.core.state import SessionStatus
 from reconstructor.errors import ReconstructorError
-from reconstructor.kafka_admin import admin_client, librdkafka_settings
-from reconstructor.output import SESSIONS, table_path
+from reconstructor.spark.kafka_admin import admin_client, librdkafka_settings
+from reconstructor.contract.tables import SESSIONS, table_path
 from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
 
 __all__ = ["KafkaLossCheck", "LossRegistry"]

@@ -123,7 +123,7 @@ def build_spark(
         "spark.ui.showConsoleProgress": "false",
     }
     if master and (master.startswith("local") or _loopback_master(master)):
-        # Local mode, or a standalone master on loopback (``reconstructor.devstack.standalone``), binds the
+        # Local mode, or a standalone master on loopback (``workbench.standalone``), binds the
         # driver to loopback: no stray interface, nothing reachable from outside, and executors on
         # this machine reach the driver where the master told them to.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -1,6 +1,6 @@
 """Bring the existing output tables to the row schema before the query starts.
 
-The decision is ``reconstructor.table_evolution``'s; this reads each existing table's columns from
+The decision is ``reconstructor.contract.evolution``'s; this reads each existing table's columns from
 its Delta log and runs the ``ALTER TABLE``.  Every table is checked before any is altered, so a
 refused change leaves all of them as they were.
 """
@@ -13,11 +13,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS, SESSIONS,
+from reconstructor.contract.tables import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS, SESSIONS,
                                   SESSIONS_FIELDS, table_path)
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.transactions import side_by_side
-from reconstructor.table_evolution import TableColumn, TableEvolution, plan_evolution, wanted_columns
+from reconstructor.contract.evolution import TableColumn, TableEvolution, plan_evolution, wanted_columns
 
 #: The tables whose columns follow the row schema or grew since they were first written (the
 #: chain's, in ``row_changes`` and ``sessions``), and their field lists.

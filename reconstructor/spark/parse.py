@@ -35,7 +35,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from reconstructor.core.frames import VALUE
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.timestamps import rfc3339_timestamp
 
 ENVELOPE_FIELDS = ("session", "seq", "type", "ts", "rows")
@@ -47,7 +47,7 @@ SCALAR_ENVELOPE_FIELDS = ("session", "seq", "type", "ts")
 SCALAR_ROW_FIELDS = ("id", "op")
 #: The parse's own columns that share a frame with the row columns (besides the core's ``INPUT``):
 #: a row column of one of these names would make each reference to it ambiguous, so none may take
-#: one (``reconstructor.schema.reserved_names``).
+#: one (``reconstructor.contract.row_schema.RESERVED_NAMES``).
 ROW_STAGE_COLUMNS = ("group_session", "bad_key", "bad_value", "msg_ok", "env_error", "row_pair",
                      "row_variant", "typed_row", "row_fields", *(f"json_type_{f}" for f in SCALAR_ROW_FIELDS),
                      "has_values", "op_raw", "values_fields", "unknown_row_field", "unknown_column")

@@ -34,18 +34,18 @@ from pyspark.util import inheritable_thread_target
 
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.core.data_loss import offsets_from_log
-from reconstructor.core.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, batch_metadata,
+from reconstructor.contract.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, batch_metadata,
                                        furthest, offsets_in_metadata, reached_everywhere, refusal,
                                        replays_of, takeover_refusal, with_replay)
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, RunAgain, UsageError, error_line
-from reconstructor.metrics import STATUSES, VIOLATION_KINDS, BatchCounts
+from reconstructor.metrics.batch import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.core.state import SessionStatus
-from reconstructor.output import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS,
+from reconstructor.contract.tables import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS,
                                   SESSION_FIELDS, SESSION_INFO_DDL, SESSION_INFO_FIELDS, SESSIONS,
                                   SESSIONS_DDL, SESSIONS_FIELDS, TABLES, VIOLATION_INFO_DDL, VIOLATIONS,
                                   VIOLATIONS_DDL, VIOLATIONS_FIELDS, RecordKind, SessionField, column_names,
                                   current_rows_ddl, row_changes_ddl, table_path)
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.checkpoint import read_checkpoint_file
 from reconstructor.spark.compaction import compact_live_tables
 from reconstructor.spark.transactions import IdempotentDml, side_by_side, spark_like
@@ -165,7 +165,7 @@ class DeltaSinks:
     _metadata: str | None = field(default=None, init=False, repr=False)
     #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
     recorded: dict[int, "Recorded"] = field(default_factory=dict, init=False, repr=False)
-    #: Told each written batch's counts (``reconstructor.metrics``), from the same aggregation.
+    #: Told each written batch's counts (``reconstructor.metrics.batch``), from the same aggregation.
     on_counts: Callable[[int, BatchCounts], None] | None = None
     #: Asked, once a batch's records were fetched, which records never processed are gone from
     #: Kafka (``reconstructor.spark.data_loss``); the first one stops the batch before it writes.

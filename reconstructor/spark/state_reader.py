@@ -10,8 +10,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from reconstructor.output import SESSION_FIELDS, STATE_FIELDS
-from reconstructor.schema import RowSchema
+from reconstructor.contract.tables import SESSION_FIELDS, STATE_FIELDS
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.stateful import state_from_tuple
 
 

@@ -32,9 +32,9 @@ from reconstructor.core.quarantine import quarantine
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.violations import IntegrityViolation
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
-from reconstructor.output import (RECORD_FIELDS, SESSION_INFO_FIELDS, STATE_DDL, STATE_FIELDS, RecordKind, SessionField,
+from reconstructor.contract.tables import (RECORD_FIELDS, SESSION_INFO_FIELDS, STATE_DDL, STATE_FIELDS, RecordKind, SessionField,
                                   column_names, records_ddl)
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
 warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty or all-NA.*")

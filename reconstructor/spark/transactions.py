@@ -41,7 +41,7 @@ def side_by_side(spark: SparkSession, *writes) -> list:
 class IdempotentDml:
     """Delta's idempotent-DML settings for one MERGE (or DELETE) on ``spark``, reset afterwards:
     a re-run of the same (``app_id``, ``version``) is skipped by Delta.  ``user_metadata`` goes
-    into the commit's ``commitInfo`` (``reconstructor.core.writer.batch_metadata``)."""
+    into the commit's ``commitInfo`` (``reconstructor.contract.writer.batch_metadata``)."""
 
     def __init__(self, spark: SparkSession, app_id: str, version: int, user_metadata: str | None = None):
         self.spark, self.app_id, self.version = spark, app_id, version

@@ -52,10 +52,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from reconstructor.config import Duration  # noqa: E402
-from reconstructor.devstack import localstack  # noqa: E402
-from reconstructor.devstack.fleet import FleetSpec, hash_partition, plan_fleet  # noqa: E402
-from reconstructor.devstack.producer import encode, librdkafka_logging  # noqa: E402
+from reconstructor.settings import Duration  # noqa: E402
+from workbench import localstack  # noqa: E402
+from workbench.fleet import FleetSpec, hash_partition, plan_fleet  # noqa: E402
+from workbench.producer import encode, librdkafka_logging  # noqa: E402
 from tests.benchmarks.fleet_figures import (Commit, Verdict, keeps_up, lag_series, latencies,  # noqa: E402
                                             measured_batches, percentile)
 
@@ -306,7 +306,7 @@ def limit_run(args) -> int:
     """The stateless limit as a continuous query: Kafka, the parse, appended to Delta, no state."""
     from pyspark.sql import functions as F
 
-    from reconstructor.schema import RowSchema
+    from reconstructor.contract.row_schema import RowSchema
     from reconstructor.spark.engine import build_spark
     from reconstructor.spark.parse import parse_records
     from reconstructor.spark.source import kafka_stream
@@ -335,7 +335,7 @@ def limit_run(args) -> int:
 
 
 def peer_run(args) -> int:
-    from reconstructor.schema import RowSchema
+    from reconstructor.contract.row_schema import RowSchema
     from tests.benchmarks.peer import run_peer_continuous
 
     stop = threading.Event()

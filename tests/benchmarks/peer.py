@@ -25,7 +25,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 from deltalake import write_deltalake
 
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 
 
 class PeerViolation(RuntimeError):

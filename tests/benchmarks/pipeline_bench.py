@@ -38,11 +38,11 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from reconstructor.config import Config  # noqa: E402
-from reconstructor.devstack import localstack  # noqa: E402
-from reconstructor.devstack.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
-from reconstructor.devstack.producer import SensorProducer  # noqa: E402
-from reconstructor.schema import RowSchema  # noqa: E402
+from reconstructor.settings import Config  # noqa: E402
+from workbench import localstack  # noqa: E402
+from workbench.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
+from workbench.producer import SensorProducer  # noqa: E402
+from reconstructor.contract.row_schema import RowSchema  # noqa: E402
 from tests.support.kafka import create_topics  # noqa: E402
 
 PARTITIONS = 2
@@ -78,7 +78,7 @@ def _jvm_prototype(work: Path) -> Path | None:
 
 
 def _progress(query) -> list[dict]:
-    from reconstructor.pipeline import progress_dict
+    from reconstructor.spark.pipeline import progress_dict
 
     return [progress_dict(p) for p in query.recentProgress]
 
@@ -90,7 +90,7 @@ def _publish(messages: list[Planned], topics: list[str]) -> float:
 
 
 def _reconstructor(spark, pattern: str, root: Path, max_offsets: int | None) -> tuple[float, list[dict]]:
-    from reconstructor.pipeline import start
+    from reconstructor.spark.pipeline import start
 
     cfg = Config(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
                  output=str(root / "out"), checkpoint=str(root / "chk"),
@@ -214,7 +214,7 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from reconstructor.pipeline import start
+    from reconstructor.spark.pipeline import start
     from reconstructor.spark.parse import parse_records
     from reconstructor.spark.source import kafka_stream
     from reconstructor.spark.stateful import reconstruct, reconstruct_inputs
@@ -417,7 +417,7 @@ def _dir_files(path: Path) -> dict[str, int]:
 
 def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
     """Fixed work on 20 hot sessions while idle sessions in state grow; one batch per round."""
-    from reconstructor.pipeline import start
+    from reconstructor.spark.pipeline import start
 
     prefix = f"scale{uuid.uuid4().hex[:8]}-sensor-"
     topics = [f"{prefix}{i}" for i in range(4)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor import validate
+from reconstructor.cli import validate
 from reconstructor.errors import ReconstructorError
 
 pytestmark = pytest.mark.integration

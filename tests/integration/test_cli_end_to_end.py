@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from reconstructor.schema import RowSchema
-from tests.support.cli import cli
+from reconstructor.contract.row_schema import RowSchema
+from tests.support.cli import cli, produce
 from tests.support.pipeline import current_tables
 
 pytestmark = pytest.mark.integration
@@ -17,7 +17,7 @@ NAMES = RowSchema.load().names
 def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stack, spark, run_id, tmp_path):
     bootstrap = stack.bootstrap_servers()
     good, bad = f"ok{run_id}-sensor-", f"bad{run_id}-sensor-"
-    produced = cli("produce", "--bootstrap-servers", bootstrap, "--topic-prefix", good, "--sensors", "2",
+    produced = produce("--bootstrap-servers", bootstrap, "--topic-prefix", good, "--sensors", "2",
                    "--sessions", "2", "--rows", "25", "--updates", "40", "--no-end")
     assert produced.returncode == 0, produced.stderr
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
@@ -40,7 +40,7 @@ def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stac
         assert from_state[rid]["reading_count"] == values["reading_count"]
 
     # A gap: exit code 3 and the design's line, naming the record.
-    produced = cli("produce", "--bootstrap-servers", bootstrap, "--topic-prefix", bad, "--sensors", "1",
+    produced = produce("--bootstrap-servers", bootstrap, "--topic-prefix", bad, "--sensors", "1",
                    "--sessions", "2", "--rows", "10", "--updates", "30", "--inject", "gap")
     assert produced.returncode == 0, produced.stderr
     failed = cli("run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{bad}[0-9]+",
@@ -56,7 +56,7 @@ def test_run_names_the_output_it_cannot_create_its_tables_in(stack, run_id, tmp_
     """An output that cannot be read (its tables' writer is checked before the query starts) ends
     the run with one line naming it and the cause."""
     prefix = f"nobucket{run_id}-sensor-"
-    produced = cli("produce", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-prefix", prefix,
+    produced = produce("--bootstrap-servers", stack.bootstrap_servers(), "--topic-prefix", prefix,
                    "--sensors", "1", "--sessions", "1", "--rows", "3", "--updates", "2")
     assert produced.returncode == 0, produced.stderr
     ran = cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"{prefix}[0-9]+",

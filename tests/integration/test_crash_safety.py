@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet
-from reconstructor.schema import RowSchema
+from workbench.fleet import FleetSpec, plan_fleet
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
                                                 produce, read_table, replayed_tables, run)
 

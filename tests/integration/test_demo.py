@@ -1,4 +1,4 @@
-"""``reconstructor demo`` as a user runs it: every command it prints at the end works as printed."""
+"""``make demo`` (``python -m workbench demo``) as a user runs it: every command it prints at the end works as printed."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _printed_commands(stdout: str) -> list[list[str]]:
 
 
 def test_every_command_the_demo_prints_works_as_printed(stack, tmp_path):
-    demo = subprocess.run([sys.executable, "-m", "reconstructor", "demo", "--sensors", "1", "--sessions", "1",
+    demo = subprocess.run([sys.executable, "-m", "workbench", "demo", "--sensors", "1", "--sessions", "1",
                            "--rows", "5", "--updates", "5"], capture_output=True, text=True, timeout=1800)
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert "|rdkafka#" not in demo.stderr  # librdkafka's own log lines stay out of the output

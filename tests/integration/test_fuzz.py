@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
 from reconstructor.core.timestamps import parse_rfc3339
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.stateful import reconstruct
 from tests.support.model import Msg, QuarantineModel

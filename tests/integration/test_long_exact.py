@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from confluent_kafka import Producer
 
-from reconstructor import commands
-from reconstructor.cli import build_parser
-from reconstructor.schema import RowSchema
+from reconstructor.cli import commands
+from reconstructor.cli.app import build_parser
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.state_reader import read_session_state
 from tests.support.kafka import create_topics
 from tests.support.pipeline import read_table, run

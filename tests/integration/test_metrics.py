@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet
+from workbench.fleet import FleetSpec, inject, plan_fleet
 from tests.support.cli import scrape_metrics, stop_run
 from tests.support.pipeline import produce
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor.devstack import localstack
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet, publish
-from reconstructor.devstack.producer import SensorProducer
-from reconstructor.devstack.smoke import local_s3
-from reconstructor.schema import RowSchema
+from workbench import localstack
+from workbench.fleet import FleetSpec, plan_fleet, publish
+from workbench.producer import SensorProducer
+from workbench.smoke import local_s3
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.engine import build_spark
 from tests.support.cli import stop_run
 from tests.support.kafka import create_topics, send, snapshot, update

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.parse import parse_records
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,10 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Producer
 
-from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet
-from reconstructor.schema import RowSchema
+from workbench.fleet import FleetSpec, inject, plan_fleet
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.cli import cli
+from tests.support.cli import produce as produce_fleet
 from tests.support.pipeline import (current_tables, expected_all, expected_open, offsets_of, produce, read_table,
                                     replayed_tables)
 
@@ -89,7 +90,7 @@ def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs
 def test_a_dropped_update_before_a_periodic_snapshot_is_recorded_as_drift_and_fails_the_query_when_asked(
         stack, spark, run_id, tmp_path):
     prefix = f"drift{run_id}-sensor-"
-    produced = cli("produce", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-prefix", prefix,
+    produced = produce_fleet("--bootstrap-servers", stack.bootstrap_servers(), "--topic-prefix", prefix,
                    "--sensors", "1", "--sessions", "2", "--rows", "12", "--updates", "30", "--no-end",
                    "--inject", "drift")
     assert produced.returncode == 0, produced.stderr

@@ -191,7 +191,7 @@ def test_a_topic_deleted_after_its_sessions_ended_is_no_loss_under_a_continuous_
     """The ended sensor's topic is deleted while a continuous run goes on: the run goes on, and a
     later run on the same checkpoint starts normally.  A topic deleted with a session still open is
     DATA_LOSS, and nothing of that batch is written."""
-    from reconstructor.pipeline import start
+    from reconstructor.spark.pipeline import start
     from tests.support.pipeline import stream_config, table_versions
 
     bootstrap = stack.bootstrap_servers()

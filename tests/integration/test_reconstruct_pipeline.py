@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.devstack.fleet import FleetSpec, expected_tables, inject, plan_fleet
+from workbench.fleet import FleetSpec, expected_tables, inject, plan_fleet
 from reconstructor.errors import IntegrityViolationError
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
                                                 offsets_of, produce, read_table, replayed_tables, run)
 

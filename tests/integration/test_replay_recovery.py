@@ -9,9 +9,9 @@ import json
 import pytest
 
 from reconstructor.cli import main as cli_main
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet, publish
-from reconstructor.devstack.producer import SensorProducer
-from reconstructor.schema import RowSchema
+from workbench.fleet import FleetSpec, plan_fleet, publish
+from workbench.producer import SensorProducer
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
                                                 produce, read_table, replayed_tables, run)
 

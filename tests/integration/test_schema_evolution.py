@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from reconstructor.output import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS, column_names
-from reconstructor.schema import RowSchema
+from reconstructor.contract.tables import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS, column_names
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.compaction import Compactor, compact_live_tables
 from tests.support.cli import cli, refusal_line
 from tests.support.kafka import create_topics, send

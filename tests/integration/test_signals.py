@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet
-from reconstructor.schema import RowSchema
+from workbench.fleet import FleetSpec, plan_fleet
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import assert_exact, produce
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
 PARTITIONS = 2
 WAIT_S = 300
-# The grace a batch in flight gets (reconstructor.restarts.STOP_GRACE), with room for the stop
+# The grace a batch in flight gets (reconstructor.spark.restarts.STOP_GRACE), with room for the stop
 # itself and the driver's exit on a busy machine.
 STOP_BOUND_S = 60
 STOPPED = re.compile(r"^reconstructor: stopped by (SIGTERM|SIGINT): \S.*$")

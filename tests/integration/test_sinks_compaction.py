@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from reconstructor.devstack import localstack
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet, publish
-from reconstructor.devstack.producer import SensorProducer
-from reconstructor.schema import RowSchema
+from workbench import localstack
+from workbench.fleet import FleetSpec, plan_fleet, publish
+from workbench.producer import SensorProducer
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.compaction import Compactor
 from tests.support.pipeline import expected_open, read_table, run
 from tests.support.kafka import create_topics
@@ -79,7 +79,7 @@ def _interval(progress: dict) -> tuple[float, float]:
 
 
 def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spark, run_id, tmp_path):
-    from reconstructor import pipeline
+    from reconstructor.spark import pipeline
     from tests.support.pipeline import caught_up, stream_config
     from tests.support.pipeline import current_tables, expected_all, replayed_tables
     NAMES = RowSchema.load().names
@@ -126,7 +126,7 @@ def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spar
 def test_a_violation_after_good_batches_leaves_every_table_as_after_the_last_good_batch(
         spark, run_id, tmp_path):
     from reconstructor.errors import IntegrityViolationError
-    from reconstructor.devstack.fleet import inject
+    from workbench.fleet import inject
 
     spec = FleetSpec(topic_prefix=f"vb{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=15,
                      updates=120, seed=21, end_sessions=False)

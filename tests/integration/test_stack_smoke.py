@@ -10,7 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_records_cross_kafka_spark_and_delta_on_s3_exactly(stack, spark, run_id):
-    from reconstructor.devstack.smoke import run_smoke
+    from workbench.smoke import run_smoke
 
     result = run_smoke(records_per_topic=40, run_id=run_id)
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor.devstack import localstack
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet
-from reconstructor.devstack.standalone import Cluster, standalone_cluster
-from reconstructor.schema import RowSchema
+from workbench import localstack
+from workbench.fleet import FleetSpec, plan_fleet
+from workbench.standalone import Cluster, standalone_cluster
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import (
     assert_exact,
     current_tables,

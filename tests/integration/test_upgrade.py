@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet
-from reconstructor.schema import RowSchema
+from workbench.fleet import FleetSpec, plan_fleet
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import assert_exact, produce, read_table, run
 
 pytestmark = pytest.mark.integration

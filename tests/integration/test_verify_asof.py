@@ -15,10 +15,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from reconstructor.audit.delta_tables import storage_options
-from reconstructor.config import S3Config
-from reconstructor.devstack import localstack
-from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet
-from reconstructor.schema import RowSchema
+from reconstructor.settings import S3Config
+from workbench import localstack
+from workbench.fleet import FleetSpec, inject, plan_fleet
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.cli import cli
 from tests.support.pipeline import current_tables, expected_all, produce
 

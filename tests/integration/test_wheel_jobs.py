@@ -13,13 +13,15 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from reconstructor.devstack import localstack
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet
-from reconstructor.schema import RowSchema
+from workbench import localstack
+from workbench.fleet import FleetSpec, plan_fleet
+from reconstructor.contract.row_schema import RowSchema
+from tests.support.cli import produce
 from tests.support.pipeline import current_tables, expected_all, replayed_tables
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -59,7 +61,7 @@ def _call(bin_dir: Path, cwd: Path, *args: str, timeout: int = 900,
 def test_the_wheel_is_what_runs(wheel_env, tmp_path):
     _, bin_dir = wheel_env
     probe = _call(bin_dir, tmp_path, str(bin_dir / "python"), "-c",
-                  "import reconstructor, reconstructor.schema as s; print(reconstructor.__file__); "
+                  "import reconstructor, reconstructor.contract.row_schema as s; print(reconstructor.__file__); "
                   "print(len(s.RowSchema.load().names))")
     assert probe.returncode == 0, probe.stderr
     where, columns = probe.stdout.split()
@@ -67,13 +69,23 @@ def test_the_wheel_is_what_runs(wheel_env, tmp_path):
     assert int(columns) == len(NAMES)
 
 
+def test_the_wheel_holds_the_product_and_no_workbench(wheel_env):
+    wheel, bin_dir = wheel_env
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "reconstructor/spark/stateful.py" in names and "reconstructor/schemas/demo_sensor.json" in names
+    assert not [n for n in names if n.startswith(("workbench/", "tests/")) or "devstack" in n], names
+    # The product's CLI names the workbench for the commands it left to it.
+    refused = subprocess.run([str(bin_dir / "reconstructor"), "demo"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "python -m workbench demo" in refused.stderr
+
+
 def test_produce_run_then_state_equals_current_rows_from_the_wheel(wheel_env, stack, spark, run_id, tmp_path):
     _, bin_dir = wheel_env
     cli = str(bin_dir / "reconstructor")
     bootstrap = stack.bootstrap_servers()
     prefix = f"wh{run_id}-sensor-"
-    produced = _call(bin_dir, tmp_path, cli, "produce", "--bootstrap-servers", bootstrap, "--topic-prefix",
-                     prefix, "--sensors", "2", "--sessions", "2", "--rows", "30", "--updates", "50", "--no-end")
+    produced = produce("--bootstrap-servers", bootstrap, "--topic-prefix",
+                       prefix, "--sensors", "2", "--sessions", "2", "--rows", "30", "--updates", "50", "--no-end")
     assert produced.returncode == 0, produced.stderr
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
     ran = _call(bin_dir, tmp_path, cli, "run", "--bootstrap-servers", bootstrap, "--topic-pattern",
@@ -101,9 +113,8 @@ def test_the_emr_step_runs_under_spark_submit_into_s3(wheel_env, stack, spark, r
     wheel, bin_dir = wheel_env
     bootstrap = stack.bootstrap_servers()
     prefix = f"emr{run_id}-sensor-"
-    produced = _call(bin_dir, tmp_path, str(bin_dir / "reconstructor"), "produce", "--bootstrap-servers",
-                     bootstrap, "--topic-prefix", prefix, "--sensors", "2", "--sessions", "1", "--rows", "20",
-                     "--updates", "30")
+    produced = produce("--bootstrap-servers", bootstrap, "--topic-prefix", prefix, "--sensors", "2",
+                       "--sessions", "1", "--rows", "20", "--updates", "30")
     assert produced.returncode == 0, produced.stderr
     jars = f"{localstack.jars_dir() / 'spark'}/*"
     out = f"s3a://{localstack.S3_BUCKET}/emr-{run_id}/tables"

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from reconstructor.devstack.fleet import FleetSpec, plan_fleet
-from reconstructor.schema import RowSchema
+from workbench.fleet import FleetSpec, plan_fleet
+from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import assert_exact, current_tables, expected_open, produce, run, table_versions
 from tests.support.cli import cli, refusal_line
 

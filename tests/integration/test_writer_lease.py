@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.config import S3Config
+from reconstructor.settings import S3Config
 from reconstructor.core.lease import Lease
 from reconstructor.errors import ReconstructorError, UsageError
-from reconstructor.lease import S3LeaseStore, WriterLease, lease_store
+from reconstructor.contract.lease import S3LeaseStore, WriterLease, lease_store
 
 pytestmark = pytest.mark.integration
 

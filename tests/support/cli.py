@@ -14,6 +14,12 @@ def cli(*args, timeout=600):
                           text=True, timeout=timeout)
 
 
+def produce(*args, timeout=600):
+    """The workbench's demo fleet producer (``python -m workbench produce``), as ``make demo`` runs it."""
+    return subprocess.run([sys.executable, "-m", "workbench", "produce", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
 def refusal_line(result) -> str:
     """The one ``reconstructor:`` line of a command refused as bad usage (exit 2)."""
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])

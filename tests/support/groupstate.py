@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-from reconstructor.output import STATE_DDL
+from reconstructor.contract.tables import STATE_DDL
 
 _TYPES = {"INT": T.IntegerType(), "BIGINT": T.LongType(), "STRING": T.StringType(), "BINARY": T.BinaryType()}
 # StructType.fromDDL needs a JVM; the state's DDL is flat and simple.

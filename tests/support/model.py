@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from reconstructor.core.frames import INPUT
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 
 SCHEMA = RowSchema.load("demo_sensor")
 BASE_TS = dt.datetime(2026, 11, 21, 10, 0, 0)

@@ -7,13 +7,13 @@ from collections import defaultdict
 
 from delta.tables import DeltaTable
 
-from reconstructor import config
-from reconstructor.devstack import localstack
-from reconstructor.devstack.fleet import FleetSpec, expected_tables, hash_partition, publish
-from reconstructor.devstack.producer import SensorProducer
+from reconstructor import settings as config
+from workbench import localstack
+from workbench.fleet import FleetSpec, expected_tables, hash_partition, publish
+from workbench.producer import SensorProducer
 from reconstructor.errors import RunAgain
-from reconstructor.output import TABLES
-from reconstructor.pipeline import start
+from reconstructor.contract.tables import TABLES
+from reconstructor.spark.pipeline import start
 from tests.support.kafka import create_topics
 
 

@@ -14,8 +14,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from reconstructor.devstack import localstack
-from reconstructor.devstack.processes import pid_alive
+from workbench import localstack
+from workbench.processes import pid_alive
 
 
 def _free_port() -> int:

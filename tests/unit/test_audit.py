@@ -17,7 +17,7 @@ from reconstructor.audit.checks import Discrepancy, Verification
 from reconstructor.audit.delta_tables import delta_uri, storage_options
 from reconstructor.audit.fold import ChangeFold, changes_up_to, row_columns
 from reconstructor.audit.seq_runs import SeqRuns
-from reconstructor.config import S3Config
+from reconstructor.settings import S3Config
 from reconstructor.core.batch import process_batch
 from tests.support.model import SCHEMA, Model, Msg, normalise_values, to_frame
 from tests.support.strategies import batches_of, valid_session

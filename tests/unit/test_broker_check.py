@@ -4,7 +4,7 @@ tests/integration/test_broker_check.py)."""
 
 import pytest
 
-from reconstructor import validate
+from reconstructor.cli import validate
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="svc" password="pw";'
 

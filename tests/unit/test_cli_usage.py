@@ -45,7 +45,7 @@ def test_bad_usage_fails_with_one_line_and_writes_nothing(tmp_path, monkeypatch,
 def test_help_lists_every_command_with_examples():
     result = cli("--help")
     assert result.returncode == 0
-    for command in ("run", "replay", "compact", "state", "produce", "demo", "config"):
+    for command in ("run", "replay", "compact", "state", "verify", "asof", "config"):
         assert command in result.stdout
     assert "examples:" in result.stdout
     run_help = cli("run", "--help").stdout
@@ -55,7 +55,7 @@ def test_help_lists_every_command_with_examples():
 
 
 def _main(capsys, *args) -> tuple[int, list[str]]:
-    """``reconstructor.cli.main`` in this process: its exit code and its stderr lines."""
+    """``reconstructor.cli.main`` (the entry point) in this process: its exit code and its stderr lines."""
     from reconstructor.cli import main
 
     code = main(list(args))
@@ -169,8 +169,8 @@ def test_run_refuses_a_short_vacuum_retention_unless_told_it_is_unsafe(tmp_path,
 
 
 def test_compact_accepts_a_short_vacuum_retention_with_the_unsafe_flag():
-    from reconstructor import validate
-    from reconstructor.config import Duration
+    from reconstructor.cli import validate
+    from reconstructor.settings import Duration
 
     assert validate.vacuum_retention(Duration("24 hours"), unsafe=True) == dt.timedelta(hours=24)
     assert validate.vacuum_retention(Duration("168 hours"), unsafe=False) == dt.timedelta(hours=168)

@@ -2,7 +2,7 @@ import datetime as dt
 
 import pytest
 
-from reconstructor import config
+from reconstructor import settings as config
 from reconstructor.errors import UsageError
 
 
@@ -56,10 +56,10 @@ def test_micro_batches_are_capped_by_default_and_each_layer_can_move_the_cap(tmp
 
 
 
-def test_the_jars_folder_is_a_setting_with_the_checkouts_jars_as_default(tmp_path):
+def test_the_jars_folder_is_a_setting_with_the_working_directorys_jars_as_default(tmp_path, monkeypatch):
     assert config.load(None, env={}).jars_dir is None
-    assert config.default_jars_dir() == config.checkout_root() / ".jars"
-    assert (config.checkout_root() / "infra" / "maven" / "pom.xml").is_file()
+    monkeypatch.chdir(tmp_path)
+    assert config.default_jars_dir() == tmp_path / ".jars"
     f = tmp_path / "c.toml"
     f.write_text('jars_dir = "/opt/recon/jars"\n')
     assert config.load(str(f), env={}).jars_dir == "/opt/recon/jars"

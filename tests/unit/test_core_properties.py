@@ -235,7 +235,7 @@ def test_snapshot_drops_rows_absent_from_it_as_deletes():
 
 
 def test_blob_keeps_its_schema_so_an_added_nullable_column_reads_as_null():
-    from reconstructor.schema import RowSchema
+    from reconstructor.contract.row_schema import RowSchema
 
     state, _, _ = run_core([[Msg(0, "snapshot", rows=[{"id": "a", "values": {"temperature": 1.5,
                                                                               "reading_count": 2**60}}])]])
@@ -250,7 +250,7 @@ def test_blob_keeps_its_schema_so_an_added_nullable_column_reads_as_null():
 
 
 def test_blob_refuses_a_lossy_type_change():
-    from reconstructor.schema import RowSchema, SchemaError
+    from reconstructor.contract.row_schema import RowSchema, SchemaError
 
     state, _, _ = run_core([[Msg(0, "snapshot", rows=[{"id": "a", "values": {"status": "ok"}}])]])
     blob = dump_table(state.table, SCHEMA)
@@ -263,7 +263,7 @@ def test_blob_refuses_a_lossy_type_change():
 @pytest.mark.parametrize("rows", [0, 3, 1500])
 def test_blob_round_trips_every_column_type_with_nulls_in_canonical_dtypes(rows):
     from reconstructor.core.frames import coerce_columns
-    from reconstructor.schema import TYPES, RowSchema
+    from reconstructor.contract.row_schema import TYPES, RowSchema
 
     schema = RowSchema.from_dict({"name": "all", "columns": [{"name": f"c_{t}", "type": t} for t in TYPES]})
     values = {"c_string": ["x", None, "ü"], "c_double": [1.5, None, -0.0], "c_long": [2**60, None, -1],
@@ -314,7 +314,7 @@ def test_an_update_in_arrow_gives_the_table_the_pandas_update_gives_for_every_co
     from reconstructor.core.blob import to_frame
     from reconstructor.core.frames import coerce_columns
     from reconstructor.core.table import apply_updates, columns_of
-    from reconstructor.schema import TYPES, RowSchema
+    from reconstructor.contract.row_schema import TYPES, RowSchema
 
     schema = RowSchema.from_dict({"name": "all", "columns": [{"name": f"c_{t}", "type": t} for t in TYPES]})
     values = {"c_string": ["x", None, "ü", "y"], "c_double": [1.5, None, -0.0, 2.0], "c_long": [2**60, None, -1, 7],

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.config import Config
+from reconstructor.settings import Config
 from reconstructor.errors import EXIT_FAILURE, IntegrityViolationError, ReconstructorError, UsageError
-from reconstructor.failures import endpoint_address, explain
+from reconstructor.cli.failures import endpoint_address, explain
 
 NO_BUCKET = (
     "An error occurred while calling o86.exists.\n"

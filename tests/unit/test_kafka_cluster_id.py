@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from reconstructor.devstack import localstack
+from workbench import localstack
 
 
 def test_a_cluster_id_never_starts_with_a_dash(monkeypatch):

@@ -22,7 +22,7 @@ from reconstructor.audit.fold import ChangeFold
 from reconstructor.core.blob import read_table, to_frame
 from reconstructor.core.frames import INPUT, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
-from reconstructor.output import RecordKind
+from reconstructor.contract.tables import RecordKind
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple
 from tests.support.model import SCHEMA
 from tests.support.worker import VALUE_SCHEMA, call_group, state_tuple

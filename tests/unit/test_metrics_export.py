@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor import config
-from reconstructor.cli import build_parser
+from reconstructor import settings as config
+from reconstructor.cli.app import build_parser
 from reconstructor.errors import UsageError
-from reconstructor.metrics import BatchCounts
-from reconstructor.metrics_export import MetricsExport
+from reconstructor.metrics.batch import BatchCounts
+from reconstructor.metrics.export import MetricsExport
 from tests.support.cli import scrape_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from reconstructor.devstack.producer import LIBRDKAFKA_LOG, DeliveryError, SensorProducer
+from workbench.producer import LIBRDKAFKA_LOG, DeliveryError, SensorProducer
 
 
 def _send_to_a_closed_port() -> None:

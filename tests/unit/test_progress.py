@@ -1,6 +1,6 @@
 import io
 
-from reconstructor.progress import CatchUpProgress
+from reconstructor.cli.progress import CatchUpProgress
 
 
 def test_progress_counts_offsets_done_of_offsets_to_do():

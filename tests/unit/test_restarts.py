@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from reconstructor import config
+from reconstructor import settings as config
 from reconstructor.core import IntegrityViolation, ViolationKind
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError
-from reconstructor.restarts import (BACKOFF_CAP, DEFAULT_RESTART_ATTEMPTS, Restarts, attempts_for, backoff,
+from reconstructor.spark.restarts import (BACKOFF_CAP, DEFAULT_RESTART_ATTEMPTS, Restarts, attempts_for, backoff,
                                     batch_committed, transient)
 
 SECOND = dt.timedelta(seconds=1)

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from reconstructor import output
+from reconstructor.contract import tables as output
 from reconstructor.core import frames
-from reconstructor.schema import RowSchema, SchemaError
+from reconstructor.contract.row_schema import RESERVED_NAMES, RowSchema, SchemaError
 
 
 def _schema(*names: str) -> dict:
@@ -30,6 +30,15 @@ def test_every_column_beside_the_row_columns_in_the_contract_and_the_core_is_res
         for variant in (name, name.upper()):
             with pytest.raises(SchemaError, match="is reserved"):
                 RowSchema.from_dict(_schema(variant))
+
+
+def test_the_reserved_names_are_exactly_the_columns_beside_the_row_columns():
+    from reconstructor.spark.parse import ROW_STAGE_COLUMNS
+
+    beside = {f[0] for fields in (output.RECORD_FIELDS, output.ROW_CHANGES_FIELDS, output.CURRENT_ROWS_FIELDS)
+              for f in fields if f is not output.ROW_VALUES}
+    beside |= {*frames.INPUT, frames.VALUE, *frames.CHANGE, *ROW_STAGE_COLUMNS}
+    assert RESERVED_NAMES == {n.lower() for n in beside}
 
 
 def test_names_only_the_tables_without_row_columns_hold_are_row_columns_like_any_other():

@@ -16,7 +16,7 @@ from reconstructor.core import IntegrityViolation, ViolationKind
 from reconstructor.core.batch import process_batch
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
 from reconstructor.core.state import SessionStatus
-from reconstructor.output import RecordKind
+from reconstructor.contract.tables import RecordKind
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple, state_to_tuple
 from tests.support.groupstate import group_state as _group_state
 from tests.support.model import SCHEMA, Msg, to_frame

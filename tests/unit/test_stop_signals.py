@@ -14,9 +14,10 @@ from unittest import mock
 
 import pytest
 
-from reconstructor import cli, pipeline
+from reconstructor.cli import app as cli
+from reconstructor.spark import pipeline
 from reconstructor.errors import EXIT_SIGINT, EXIT_SIGTERM, StoppedBySignal
-from reconstructor.restarts import (STOP_GRACE, Restarts, StopRequest, StopSignals, engine_ignores_sigterm,
+from reconstructor.spark.restarts import (STOP_GRACE, Restarts, StopRequest, StopSignals, engine_ignores_sigterm,
                                     transient)
 
 SECOND = dt.timedelta(seconds=1)

@@ -3,10 +3,10 @@ of `replay` use: pure decisions, no broker, no Spark."""
 
 import pytest
 
-from reconstructor.core.writer import (CheckpointState, TableState, batch_metadata, last_batch, offsets_in_metadata,
+from reconstructor.contract.writer import (CheckpointState, TableState, batch_metadata, last_batch, offsets_in_metadata,
                                        query_id_of, refusal, takeover_refusal)
 from reconstructor.errors import UsageError
-from reconstructor.kafka_admin import librdkafka_settings
+from reconstructor.spark.kafka_admin import librdkafka_settings
 
 NEW = CheckpointState("/chk", None, None)
 STARTED = CheckpointState("/chk", "q1", None)  # started once, crashed before its first commit
@@ -94,7 +94,7 @@ def test_a_java_only_setting_is_named_in_a_usage_error(settings, key):
 
 
 def test_a_setting_librdkafka_rejects_is_a_usage_error_naming_it():
-    from reconstructor.kafka_admin import admin_client, client_or_usage_error
+    from reconstructor.spark.kafka_admin import admin_client, client_or_usage_error
 
     with pytest.raises(UsageError) as err:
         client_or_usage_error(admin_client, "127.0.0.1:1", **{"no.such.setting": "x"})

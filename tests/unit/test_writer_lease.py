@@ -9,7 +9,7 @@ import pytest
 
 from reconstructor.core.lease import Lease, LeaseVerdict, verdict
 from reconstructor.errors import UsageError
-from reconstructor.lease import FileLeaseStore, LeaseLost, WriterLease
+from reconstructor.contract.lease import FileLeaseStore, LeaseLost, WriterLease
 
 NOW = 1_800_000_000.0
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 from urllib.parse import urlparse
 
-from reconstructor.config import S3Config
+from reconstructor.settings import S3Config
 from reconstructor.core.lease import Lease, LeaseVerdict, verdict
 from reconstructor.errors import ReconstructorError, UsageError
 

@@ -8,11 +8,11 @@ import re
 import socket
 from pathlib import Path
 
-from reconstructor.config import SAFE_VACUUM_RETENTION, duration_text
+from reconstructor.settings import SAFE_VACUUM_RETENTION, duration_text
 from reconstructor.errors import UsageError
-from reconstructor.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
-from reconstructor.kafka_admin import SecurityRefused, broker_metadata, librdkafka_settings
-from reconstructor.schema import RowSchema, SchemaError
+from reconstructor.cli.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
+from reconstructor.spark.kafka_admin import SecurityRefused, broker_metadata, librdkafka_settings
+from reconstructor.contract.row_schema import RowSchema, SchemaError
 
 
 def require(cfg, *names: str) -> None:

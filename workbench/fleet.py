@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from reconstructor.devstack.producer import encode
+from workbench.producer import encode
 
 FAULTS = ("gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end", "gap-resync", "drift")
 #: How many of the session's messages after the fault the resync snapshot of ``gap-resync`` and

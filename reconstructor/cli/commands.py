@@ -16,14 +16,15 @@ import sys
 import time
 import uuid
 
-from reconstructor import replay_plan, validate
-from reconstructor.config import AVAILABLE_NOW, Config, default_jars_dir, from_args
+from reconstructor.cli import replay_plan
+from reconstructor.cli import validate
+from reconstructor.settings import AVAILABLE_NOW, Config, default_jars_dir, from_args
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, RunAgain, UsageError
-from reconstructor.failures import explain
-from reconstructor.metrics_export import MetricsExport
-from reconstructor.progress import CatchUpProgress
-from reconstructor.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
+from reconstructor.cli.failures import explain
+from reconstructor.metrics.export import MetricsExport
+from reconstructor.cli.progress import CatchUpProgress
+from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
 
 log = logging.getLogger("reconstructor")
 
@@ -89,9 +90,9 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
 
 
 def _writer_lease(cfg: Config, command: str, checkpoint: str | None, store=None):
-    """The output's writer lease, taken (``reconstructor.lease``) in ``store`` (by default, the
+    """The output's writer lease, taken (``reconstructor.contract.lease``) in ``store`` (by default, the
     output's); None on a file system that keeps none, with a warning."""
-    from reconstructor.lease import WriterLease, lease_store
+    from reconstructor.contract.lease import WriterLease, lease_store
 
     store = store or lease_store(cfg.output, cfg.s3)
     if store is None:
@@ -111,7 +112,7 @@ def _stream_leased(cfg: Config, app: str, progress, metrics: MetricsExport | Non
                    restarts: Restarts | None, signals: StopSignals, lease) -> int:
     spark = _spark(cfg, app, signals)
     if metrics is not None:  # one listener for the process: restarted queries report to it too
-        from reconstructor.spark.listener import MetricsListener
+        from reconstructor.metrics.listener import MetricsListener
 
         spark.streams.addListener(MetricsListener(metrics))
     restarts = restarts or Restarts(0, cfg.restart_backoff)
@@ -141,7 +142,7 @@ def _stream_leased(cfg: Config, app: str, progress, metrics: MetricsExport | Non
 
 def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool,
            metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease_check=None) -> None:
-    from reconstructor.pipeline import start
+    from reconstructor.spark.pipeline import start
 
     running = start(spark, cfg, dedupe_changes=dedupe_changes,
                     on_counts=metrics.count if metrics is not None else None, lease_check=lease_check)
@@ -192,7 +193,7 @@ def _run_summary(spark, cfg: Config, batches) -> str:
     what this run recorded."""
     # These load pandas and Arrow, which --help and config show do without.
     from reconstructor.core.state import SessionStatus
-    from reconstructor.output import SESSIONS, VIOLATIONS, table_path
+    from reconstructor.contract.tables import SESSIONS, VIOLATIONS, table_path
 
     batches = list(batches)
     set_aside, drifts = sum(b.set_aside for b in batches), sum(b.drifts for b in batches)
@@ -262,7 +263,7 @@ def compact(args) -> int:
     cfg = from_args(args)
     validate.require(cfg, "output")
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
-    from reconstructor.lease import WriterLease, lease_store
+    from reconstructor.contract.lease import WriterLease, lease_store
     from reconstructor.spark.compaction import Compactor
 
     store = lease_store(cfg.output, cfg.s3)
@@ -318,7 +319,7 @@ def verify(args) -> int:
     from reconstructor.audit.fold import row_columns
     from reconstructor.core.chain import ChainKey
     from reconstructor.errors import DiscrepancyError
-    from reconstructor.output import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
+    from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
 
     started = time.monotonic()
     tables = OutputTables(cfg.output, cfg.s3)
@@ -348,7 +349,7 @@ def asof(args) -> int:
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
     from reconstructor.audit.delta_tables import OutputTables
     from reconstructor.audit.fold import ChangeFold, changes_up_to, last_digest, row_columns
-    from reconstructor.output import ROW_CHANGES, SESSIONS
+    from reconstructor.contract.tables import ROW_CHANGES, SESSIONS
 
     tables = OutputTables(cfg.output, cfg.s3)
     changes = tables.session_rows(ROW_CHANGES, args.topic, args.session)

@@ -16,11 +16,11 @@ import textwrap
 import traceback
 from typing import Sequence
 
-from reconstructor import commands
-from reconstructor import config as configuration
+from reconstructor.cli import commands
+from reconstructor import settings as configuration
 from reconstructor.core.policy import OnDrift, OnViolation
 from reconstructor.errors import EXIT_OK, EXIT_USAGE, StoppedBySignal
-from reconstructor.failures import explain
+from reconstructor.cli.failures import explain
 
 log = logging.getLogger("reconstructor")
 
@@ -29,7 +29,14 @@ class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one line (its default prints usage to stderr, also exit 2)."""
 
     def error(self, message: str):  # noqa: D401
+        if any(f"invalid choice: '{moved}'" in message for moved in _WORKBENCH_COMMANDS):
+            message += (" (the demo fleet's commands are the workbench's, in a checkout: "
+                        "make demo, or python -m workbench demo|produce)")
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+#: Commands of the local workbench (``python -m workbench``), which the product does not carry.
+_WORKBENCH_COMMANDS = ("demo", "produce")
 
 
 def _fmt(prog):
@@ -60,7 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
               130/143 stopped by SIGINT/SIGTERM, 1 other failure
 
             examples:
-              reconstructor demo
               reconstructor run --bootstrap-servers 127.0.0.1:9092 --topic-pattern 'sensor-.*' \\
                   --output s3a://recon/tables --checkpoint s3a://recon/checkpoints/main
               reconstructor config show --config prod.toml
@@ -168,20 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--seq", type=int, metavar="N", help="the changes of messages with a seq at or before N")
     asof.add_argument("--format", choices=["table", "json", "csv"], default="table")
 
-    produce = sub.add_parser("produce", help="the demo sensor fleet, with fault injection",
-                             formatter_class=_fmt,
-                             description="Publish sessions (snapshot, updates, end) for a fleet of demo sensors.",
-                             epilog="examples:\n  reconstructor produce --sensors 3 --sessions 2 --rows 200 --updates 500 --inject gap\n"
-                                    "  reconstructor demo --inject gap-resync --on-violation quarantine\n")
-    _add_fleet_flags(produce)
-
-    demo = sub.add_parser("demo", help="start local Kafka and S3 if needed, produce, reconstruct, summarise",
-                          formatter_class=_fmt,
-                          description="The whole pipeline on the local stack (127.0.0.1:9092, http://127.0.0.1:9000).")
-    _add_fleet_flags(demo, bootstrap=False)
-    demo.add_argument("--on-violation", choices=[v.value for v in OnViolation],
-                      help="what the run does on a violation (default fail); try quarantine with --inject gap-resync")
-
     cfg = sub.add_parser("config", help="show the effective configuration (secrets redacted)", formatter_class=_fmt)
     cfg.add_argument("action", choices=["show"])
     _add_common(cfg)
@@ -252,27 +244,6 @@ def _add_unsafe_vacuum_flag(p: argparse.ArgumentParser) -> None:
                         "a concurrent writer still needs, failing that query or corrupting its result")
 
 
-def _add_fleet_flags(p: argparse.ArgumentParser, bootstrap: bool = True) -> None:
-    if bootstrap:
-        p.add_argument("--bootstrap-servers", metavar="HOSTS", default=None,
-                       help="Kafka bootstrap servers (default: the local stack)")
-    p.add_argument("--topic-prefix", default="sensor-", help="topics are <prefix>0, <prefix>1, ... (default sensor-)")
-    p.add_argument("--sensors", type=int, default=3, help="topics, one per sensor (default 3)")
-    p.add_argument("--sessions", type=int, default=2, help="capture sessions per sensor (default 2)")
-    p.add_argument("--rows", type=int, default=200, help="rows in each session's table (default 200)")
-    p.add_argument("--updates", type=int, default=100, help="update messages per session (default 100)")
-    p.add_argument("--rows-per-update", type=int, default=3)
-    p.add_argument("--resync-every", type=int, default=0, help="send a fresh snapshot every N updates")
-    p.add_argument("--partitions", type=int, default=3, help="partitions of each topic it creates (default 3)")
-    p.add_argument("--no-end", action="store_true", help="leave the sessions open")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--inject", choices=["gap", "duplicate", "malformed", "no-snapshot", "unknown-row", "after-end",
-                                        "gap-resync", "drift"],
-                   help="break one session on purpose (gap-resync: a lost update, then a snapshot of the "
-                        "sensor's table; drift: an update that lost its rows, then such a snapshot)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log more (librdkafka's notices too)")
-
-
 # --------------------------------------------------------------------------------------------------
 
 
@@ -307,11 +278,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
-    if args.command in ("produce", "demo"):
-        # The workbench's commands: only they load the local stack's modules.
-        from reconstructor.devstack import demo
-
-        return {"produce": demo.produce, "demo": demo.demo}[args.command](args) or EXIT_OK
     handlers = {
         "run": commands.run,
         "replay": commands.replay,

@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reconstructor.config import checkout_root
+
+def checkout_root() -> Path:
+    """The checkout the workbench lives in (it holds ``infra/maven/pom.xml`` and ``.stack``)."""
+    return Path(__file__).resolve().parent.parent
 
 
 def stack_dir() -> Path:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconstructor.output import ROW_VALUES
-from reconstructor.schema import RowSchema
+from reconstructor.contract.tables import ROW_VALUES
+from reconstructor.contract.row_schema import RowSchema
 
 _NOT_NULL = " NOT NULL"
 
@@ -43,7 +43,7 @@ class TableColumn:
 
 
 def wanted_columns(fields, schema: RowSchema) -> tuple[TableColumn, ...]:
-    """The columns of an output field list (``reconstructor.output``), the row schema's in place of
+    """The columns of an output field list (``reconstructor.contract.tables``), the row schema's in place of
     ``ROW_VALUES``."""
     out: list[TableColumn] = []
     for field in fields:

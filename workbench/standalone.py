@@ -17,7 +17,7 @@ Every daemon gets free ports, ``SPARK_LOCAL_IP=127.0.0.1`` and its own process g
 worker launches join that group, so stopping the group stops them too). Logs and work dirs live in
 a folder the caller gives. An application reaches it with ``master_url`` and ``app_conf()``.
 
-Usage: ``python -m reconstructor.devstack.standalone up|down|status [--dir DIR] [--workers N]``.
+Usage: ``python -m workbench.standalone up|down|status [--dir DIR] [--workers N]``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reconstructor.devstack.processes import pid_alive, stack_dir
+from workbench.processes import pid_alive, stack_dir
 
 HOST = "127.0.0.1"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -373,7 +373,7 @@ def _require_java() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reconstructor.devstack.standalone",
+    parser = argparse.ArgumentParser(prog="python -m workbench.standalone",
                                      description="A Spark standalone cluster on 127.0.0.1 (detached).")
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--dir", default=str(stack_dir() / "standalone"),

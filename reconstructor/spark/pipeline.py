@@ -16,11 +16,11 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from reconstructor.config import AVAILABLE_NOW, Config
+from reconstructor.settings import AVAILABLE_NOW, Config
 from reconstructor.core.chain import ChainKey
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
-from reconstructor.restarts import STOP_TIMEOUT, StopRequest
-from reconstructor.schema import RowSchema
+from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.chain_seeds import chain_seeds
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor

@@ -19,7 +19,7 @@ import typing
 import pandas as pd
 
 from reconstructor.core.state import SessionState
-from reconstructor.schema import RowSchema
+from reconstructor.contract.row_schema import RowSchema
 
 ROW_CHANGES, CURRENT_ROWS, SESSIONS, VIOLATIONS = "row_changes", "current_rows", "sessions", "violations"
 TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS, VIOLATIONS)

@@ -47,7 +47,7 @@ def transient(exc: BaseException) -> bool:
     A violation is in the data and a usage error in the settings: both fail again the same way.
     A lost writer lease means another driver writes the output now.
     A signal (SIGINT, SIGTERM), an interrupt or SystemExit is the operator's wish to stop."""
-    from reconstructor.lease import LeaseLost
+    from reconstructor.contract.lease import LeaseLost
 
     return isinstance(exc, Exception) and not isinstance(
         exc, (IntegrityViolationError, UsageError, StoppedBySignal, LeaseLost))

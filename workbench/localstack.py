@@ -5,7 +5,7 @@ Tests, ``make up``/``make down`` and the ``demo`` command use it.  Both servers 
 mode), started detached, idempotently, with readiness waits.  Their logs and data live under the
 stack folder (``.stack/`` at the repository root, or ``RECON_STACK_DIR``).
 
-Usage: ``python -m reconstructor.devstack.localstack up|down|status|jars``.
+Usage: ``python -m workbench.localstack up|down|status|jars``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconstructor.config import checkout_root, default_jars_dir
-from reconstructor.kafka_admin import broker_metadata
-from reconstructor.devstack.processes import pid_alive, stack_dir
+from reconstructor.spark.kafka_admin import broker_metadata
+from workbench.processes import checkout_root, pid_alive, stack_dir
 
 S3_ACCESS_KEY = "test"
 S3_SECRET_KEY = "test"
@@ -41,7 +40,7 @@ class StackError(RuntimeError):
 def jars_dir() -> Path:
     """The folder ``make jars`` fills: ``RECON_JARS_DIR`` (the ``jars_dir`` setting), else the
     checkout's ``.jars``."""
-    return Path(os.environ.get("RECON_JARS_DIR") or default_jars_dir())
+    return Path(os.environ.get("RECON_JARS_DIR") or checkout_root() / ".jars")
 
 
 @dataclass(frozen=True)
@@ -312,7 +311,7 @@ def _kafka_cluster_id() -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# S3 (moto's S3 emulation in a real HTTP server process on loopback, see reconstructor.devstack.s3server)
+# S3 (moto's S3 emulation in a real HTTP server process on loopback, see workbench.s3server)
 
 
 def s3_ready(port: int | None = None) -> bool:
@@ -353,7 +352,7 @@ def start_s3(timeout: float = 60.0) -> str:
         import waitress  # noqa: F401
     except ImportError:
         raise StackError("moto[server] and waitress are not installed: pip install -e '.[stack]'") from None
-    _spawn("s3", [sys.executable, "-m", "reconstructor.devstack.s3server", "--port", str(ports.s3)],
+    _spawn("s3", [sys.executable, "-m", "workbench.s3server", "--port", str(ports.s3)],
            env={"MOTO_ALLOW_NONEXISTENT_REGION": "true"})
     _wait(f"S3 endpoint on {s3_endpoint()}", lambda: s3_ready(ports.s3), "s3", timeout)
     _ensure_bucket()
@@ -402,7 +401,7 @@ def status() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reconstructor.devstack.localstack",
+        prog="python -m workbench.localstack",
         description="Start or stop the local Kafka broker (KRaft) and S3 endpoint on 127.0.0.1.",
     )
     parser.add_argument("action", choices=["up", "down", "status", "jars"])

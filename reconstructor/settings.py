@@ -146,11 +146,11 @@ class Config:
     compact_grace: dt.timedelta = Duration("15 minutes")
     vacuum_retention: dt.timedelta = SAFE_VACUUM_RETENTION
     unsafe_vacuum_retention: bool = False  # allow a vacuum_retention under 168 hours
-    # Restarts of a failed query in a row (``reconstructor.restarts``); None: 5 for an interval
+    # Restarts of a failed query in a row (``reconstructor.spark.restarts``); None: 5 for an interval
     # trigger, none for available-now.  The wait before the first, doubling up to a minute.
     restart_attempts: int | None = None
     restart_backoff: dt.timedelta = Duration("2 seconds")
-    # The writer lease on the output (``reconstructor.lease``): how long a driver that stopped
+    # The writer lease on the output (``reconstructor.contract.lease``): how long a driver that stopped
     # renewing it (crashed) holds it; renewed every quarter of it.
     lease_ttl: dt.timedelta = Duration("2 minutes")
     # The change log's hash chain (``core.chain``): with a key its digests are HMACs, which an
@@ -158,10 +158,10 @@ class Config:
     chain_key: str | None = None
     shuffle_partitions: int | None = None
     master: str | None = None
-    # The folder ``make jars`` fills (Spark's jars in its ``spark/`` subfolder); unset, the
-    # checkout's (``default_jars_dir``).  Databricks and EMR provide the jars: nothing is there.
+    # The folder ``make jars`` fills (Spark's jars in its ``spark/`` subfolder); unset, ``.jars``
+    # in the working directory (``default_jars_dir``).  Databricks and EMR provide the jars: nothing is there.
     jars_dir: str | None = None
-    # Metrics (``reconstructor.metrics_export``): a Prometheus endpoint on metrics_host:metrics_port
+    # Metrics (``reconstructor.metrics.export``): a Prometheus endpoint on metrics_host:metrics_port
     # and a JSON line per batch appended to metrics_log; each off unless set.
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
@@ -194,18 +194,11 @@ class Config:
         return "\n".join(lines) + "\n"
 
 
-def checkout_root() -> Path:
-    """The checkout holding ``infra/maven/pom.xml``: the one around the package, else the cwd."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here, Path.cwd()):
-        if (candidate / "infra" / "maven" / "pom.xml").exists():
-            return candidate
-    return Path.cwd()
-
-
 def default_jars_dir() -> Path:
-    """Where ``make jars`` puts the JVM jars when ``jars_dir`` is not set: the checkout's ``.jars``."""
-    return checkout_root() / ".jars"
+    """Where the JVM jars are when ``jars_dir`` is not set: ``.jars`` in the working directory,
+    the folder ``make jars`` fills in a checkout.  Databricks and EMR provide the jars themselves,
+    and the folder is then absent."""
+    return Path.cwd() / ".jars"
 
 
 def _toml_value(value) -> str:

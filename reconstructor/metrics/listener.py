@@ -11,7 +11,7 @@ import logging
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from reconstructor.metrics_export import MetricsExport
+from reconstructor.metrics.export import MetricsExport
 
 log = logging.getLogger("reconstructor")
 

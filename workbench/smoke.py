@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import functions as F
 
-from reconstructor.devstack import localstack
-from reconstructor.devstack.producer import SensorProducer
+from workbench import localstack
+from workbench.producer import SensorProducer
 from reconstructor.spark.engine import S3Settings, build_spark
 from reconstructor.spark.source import kafka_stream
 

@@ -13,13 +13,13 @@ import re
 
 from confluent_kafka import Consumer, TopicPartition
 
-from reconstructor import validate
-from reconstructor.config import Config
+from reconstructor.cli import validate
+from reconstructor.settings import Config
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings
-from reconstructor.output import SESSIONS, table_path
+from reconstructor.spark.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings
+from reconstructor.contract.tables import SESSIONS, table_path
 
 
 def offsets_for_timestamp(cfg: Config, ts: str) -> str:

@@ -6,7 +6,6 @@ Spark types for parsing and the Delta column types, so the four can never disagr
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -34,20 +33,18 @@ _SPARK_DDL = {
 }
 
 
-@functools.cache
-def reserved_names() -> frozenset[str]:
-    """The names of the columns that sit beside the row columns, lower-case: in the tables that
-    hold row columns, the stateful step's records, the core's frames and the parse's.  Spark's
-    column names ignore case, so a row column named as one of them, in any case, would make every
-    reference to either ambiguous.  Read from the lists that define those columns."""
-    from reconstructor import output
-    from reconstructor.core import frames
-    from reconstructor.spark.parse import ROW_STAGE_COLUMNS
-
-    names = {field[0] for fields in (output.RECORD_FIELDS, output.ROW_CHANGES_FIELDS, output.CURRENT_ROWS_FIELDS)
-             for field in fields if field is not output.ROW_VALUES}
-    names |= {*frames.INPUT, frames.VALUE, *frames.CHANGE, *ROW_STAGE_COLUMNS}
-    return frozenset(n.lower() for n in names)
+#: The names of the columns that sit beside the row columns, lower-case: in the tables that hold
+#: row columns, the stateful step's records, the core's frames and the parse's stage.  Spark's
+#: column names ignore case, so a row column named as one of them, in any case, would make every
+#: reference to either ambiguous.  Declared here, below the modules that define those columns, so
+#: that none of them is imported by the schema; a unit test holds it equal to their lists.
+RESERVED_NAMES = frozenset({
+    "bad_key", "bad_value", "chain_digest", "chain_prev", "env_error", "error", "event_ts",
+    "group_session", "has_values", "hour", "info", "is_latest", "json_type_id", "json_type_op",
+    "kafka_ts", "key", "msg_ok", "offset", "op", "op_raw", "partition", "record", "row_fields",
+    "row_id", "row_pair", "row_pos", "row_variant", "seq", "session", "topic", "type", "typed_row",
+    "unknown_column", "unknown_row_field", "updated_at", "value", "values_fields",
+})
 
 
 DEFAULT_SCHEMA = "demo_sensor"
@@ -104,7 +101,7 @@ class RowSchema:
             name, typ = col["name"], col.get("type")
             if typ not in TYPES:
                 raise SchemaError(f"{source}: column {name!r} has type {typ!r}; use one of {', '.join(TYPES)}")
-            if name.lower() in reserved_names():
+            if name.lower() in RESERVED_NAMES:
                 raise SchemaError(f"{source}: column name {name!r} is reserved: the pipeline has a column "
                                   f"{name.lower()!r} of its own beside the row columns (names ignore case)")
             if not name.isidentifier():

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from reconstructor import commands, validate
-from reconstructor.devstack import localstack
-from reconstructor.devstack.fleet import FleetSpec, inject, plan_fleet, publish
-from reconstructor.devstack.producer import SensorProducer, librdkafka_logging
+from reconstructor.cli import commands
+from reconstructor.cli import validate
+from workbench import localstack
+from workbench.fleet import FleetSpec, inject, plan_fleet, publish
+from workbench.producer import SensorProducer, librdkafka_logging
 from reconstructor.errors import ReconstructorError, UsageError
-from reconstructor.output import SESSIONS, TABLES, VIOLATIONS, table_path
+from reconstructor.contract.tables import SESSIONS, TABLES, VIOLATIONS, table_path
 
 
 def produce(args) -> int:
@@ -106,7 +107,7 @@ def write_demo_config(path: Path, settings: dict) -> Path:
     def value(v) -> str:
         return ("true" if v else "false") if isinstance(v, bool) else json.dumps(v)
 
-    lines = ["# A demo run on the local stack, written by `reconstructor demo`."]
+    lines = ["# A demo run on the local stack, written by `python -m workbench demo`."]
     lines += [f"{k} = {value(v)}" for k, v in settings.items() if not isinstance(v, dict)]
     for table, entries in ((k, v) for k, v in settings.items() if isinstance(v, dict)):
         lines += ["", f"[{table}]"] + [f"{k} = {value(v)}" for k, v in entries.items()]
@@ -116,11 +117,11 @@ def write_demo_config(path: Path, settings: dict) -> Path:
 
 
 def command_prefix() -> str:
-    """How to start this same reconstructor again from a shell: the console script it was started
-    as, else its Python with ``-m reconstructor`` (``sys.argv[0]`` is then ``__main__.py``)."""
-    script = Path(sys.argv[0])
-    if script.name == "reconstructor" and os.access(script, os.X_OK):
-        return shlex.quote(str(script.resolve()))
+    """How to start the reconstructor from a shell: the console script beside this interpreter
+    (``.venv/bin/reconstructor``), else this Python with ``-m reconstructor``."""
+    script = Path(sys.executable).parent / "reconstructor"
+    if os.access(script, os.X_OK):
+        return shlex.quote(str(script))
     return f"{shlex.quote(sys.executable)} -m reconstructor"
 
 

@@ -3,7 +3,7 @@
 moto's own ``moto.server`` runs on werkzeug's development server, whose handling of
 ``Expect: 100-continue`` makes the AWS SDK v2 (inside hadoop-aws) fail some uploads with
 "Status Code: 100"; waitress speaks HTTP/1.1 properly.  Usage:
-``python -m reconstructor.devstack.s3server --port 9000`` (127.0.0.1 only).
+``python -m workbench.s3server --port 9000`` (127.0.0.1 only).
 """
 
 from __future__ import annotations
