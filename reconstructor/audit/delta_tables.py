@@ -14,7 +14,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
-from reconstructor.settings import S3Config
+from reconstructor.settings import S3Settings
 from reconstructor.errors import ReconstructorError
 from reconstructor.contract.tables import table_path
 
@@ -24,7 +24,7 @@ def delta_uri(uri: str) -> str:
     return "s3://" + uri[len("s3a://"):] if uri.startswith("s3a://") else uri
 
 
-def storage_options(s3: S3Config, uri: str) -> dict[str, str]:
+def storage_options(s3: S3Settings, uri: str) -> dict[str, str]:
     """The project's ``[s3]`` settings as delta-rs storage options (none for a local path)."""
     if urlsplit(delta_uri(uri)).scheme != "s3":
         return {}
@@ -45,7 +45,7 @@ def storage_options(s3: S3Config, uri: str) -> dict[str, str]:
 class OutputTables:
     """The tables under one output root."""
 
-    def __init__(self, output: str, s3: S3Config):
+    def __init__(self, output: str, s3: S3Settings):
         self.output = output
         self._options = storage_options(s3, output)
 

@@ -18,7 +18,7 @@ import uuid
 
 from reconstructor.cli import replay_plan
 from reconstructor.cli import validate
-from reconstructor.settings import AVAILABLE_NOW, Config, default_jars_dir, from_args
+from reconstructor.settings import AVAILABLE_NOW, Settings, default_jars_dir, from_args
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, RunAgain, UsageError
 from reconstructor.cli.failures import explain
@@ -29,7 +29,7 @@ from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, en
 log = logging.getLogger("reconstructor")
 
 
-def _spark(cfg: Config, app: str, signals: StopSignals | None = None):
+def _spark(cfg: Settings, app: str, signals: StopSignals | None = None):
     """The SparkSession; with ``signals``, their handlers are installed again once it started (the
     SparkContext sets a SIGINT handler of its own)."""
     from reconstructor.spark import logs
@@ -49,7 +49,7 @@ def _spark(cfg: Config, app: str, signals: StopSignals | None = None):
     return spark
 
 
-def _validated_stream(cfg: Config) -> None:
+def _validated_stream(cfg: Settings) -> None:
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
     validate.topic_pattern(cfg.topic_pattern)
     validate.kafka_options(cfg.kafka)
@@ -61,7 +61,7 @@ def _validated_stream(cfg: Config) -> None:
     validate.local_output_writable(cfg.checkpoint, "--checkpoint")
 
 
-def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = False,
+def _stream(cfg: Settings, app: str, progress=None, *, dedupe_changes: bool = False,
             restarts: Restarts | None = None, signals: StopSignals | None = None) -> int:
     """Open the metrics' port and log (``--metrics-*``), then ``_stream_into`` them; close them
     however the run ends."""
@@ -74,7 +74,7 @@ def _stream(cfg: Config, app: str, progress=None, *, dedupe_changes: bool = Fals
             metrics.close()
 
 
-def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None, *,
+def _stream_into(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *,
                  dedupe_changes: bool, restarts: Restarts | None, signals: StopSignals) -> int:
     """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
     after a transient failure (the checks before Spark starts run once: a restart only starts).
@@ -89,7 +89,7 @@ def _stream_into(cfg: Config, app: str, progress, metrics: MetricsExport | None,
             lease.release()
 
 
-def _writer_lease(cfg: Config, command: str, checkpoint: str | None, store=None):
+def _writer_lease(cfg: Settings, command: str, checkpoint: str | None, store=None):
     """The output's writer lease, taken (``reconstructor.contract.lease``) in ``store`` (by default, the
     output's); None on a file system that keeps none, with a warning."""
     from reconstructor.contract.lease import WriterLease, lease_store
@@ -108,7 +108,7 @@ def _writer_lease(cfg: Config, command: str, checkpoint: str | None, store=None)
     return lease
 
 
-def _stream_leased(cfg: Config, app: str, progress, metrics: MetricsExport | None, *, dedupe_changes: bool,
+def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *, dedupe_changes: bool,
                    restarts: Restarts | None, signals: StopSignals, lease) -> int:
     spark = _spark(cfg, app, signals)
     if metrics is not None:  # one listener for the process: restarted queries report to it too
@@ -140,7 +140,7 @@ def _stream_leased(cfg: Config, app: str, progress, metrics: MetricsExport | Non
     return 0
 
 
-def _query(spark, cfg: Config, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool,
+def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool,
            metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease_check=None) -> None:
     from reconstructor.spark.pipeline import start
 
@@ -188,7 +188,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _run_summary(spark, cfg: Config, batches) -> str:
+def _run_summary(spark, cfg: Settings, batches) -> str:
     """The run's last line on quarantine: sessions quarantined now (from the sessions table), and
     what this run recorded."""
     # These load pandas and Arrow, which --help and config show do without.

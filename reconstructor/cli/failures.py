@@ -57,7 +57,7 @@ def explain(exc: BaseException, cfg=None) -> ReconstructorError:
     """The error to report for ``exc``: a storage or broker failure named by its setting, the
     command's own error as it is, anything else as its first meaningful line.
 
-    ``cfg`` (the command's ``Config``, when known) lets the line name the flag that points at the
+    ``cfg`` (the command's ``Settings``, when known) lets the line name the flag that points at the
     failing place and the endpoint or brokers it used.
     """
     if isinstance(exc, (UsageError, IntegrityViolationError, DiscrepancyError)):

@@ -14,7 +14,7 @@ import re
 from confluent_kafka import Consumer, TopicPartition
 
 from reconstructor.cli import validate
-from reconstructor.settings import Config
+from reconstructor.settings import Settings
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
@@ -22,7 +22,7 @@ from reconstructor.spark.kafka_admin import broker_metadata, client_or_usage_err
 from reconstructor.contract.tables import SESSIONS, table_path
 
 
-def offsets_for_timestamp(cfg: Config, ts: str) -> str:
+def offsets_for_timestamp(cfg: Settings, ts: str) -> str:
     """Per partition of the matching topics, the first offset at or after ``ts`` (RFC 3339)."""
     try:
         when = parse_rfc3339(ts)
@@ -49,7 +49,7 @@ def offsets_for_timestamp(cfg: Config, ts: str) -> str:
     return json.dumps(offsets, sort_keys=True)
 
 
-def offsets_from_last_snapshot(spark, cfg: Config) -> str:
+def offsets_from_last_snapshot(spark, cfg: Settings) -> str:
     """Per partition, the smallest snapshot offset of its open sessions (from the sessions table).
 
     Partitions of matching topics with no open session there start at the earliest offset: their
@@ -72,7 +72,7 @@ def offsets_from_last_snapshot(spark, cfg: Config) -> str:
     return json.dumps(offsets, sort_keys=True)
 
 
-def partitions(cfg: Config) -> dict[str, list[int]]:
+def partitions(cfg: Settings) -> dict[str, list[int]]:
     """The partitions of each topic that matches ``cfg.topic_pattern``, from the broker."""
     settings = librdkafka_settings(cfg.kafka)  # the stream's security, before any connection
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)

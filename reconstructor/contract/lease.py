@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 from urllib.parse import urlparse
 
-from reconstructor.settings import S3Config
+from reconstructor.settings import S3Settings
 from reconstructor.core.lease import Lease, LeaseVerdict, verdict
 from reconstructor.errors import ReconstructorError, UsageError
 
@@ -56,7 +56,7 @@ class S3LeaseStore:
     """The lease as an S3 object, replaced by conditional PUTs (S3 has honoured ``If-None-Match``
     and ``If-Match`` on PUT since 2024; the local stack's endpoint does too)."""
 
-    def __init__(self, bucket: str, key: str, s3: S3Config):
+    def __init__(self, bucket: str, key: str, s3: S3Settings):
         import boto3
         from botocore.config import Config as BotoConfig
 
@@ -141,7 +141,7 @@ def _version_of(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def lease_store(output: str, s3: S3Config) -> LeaseStore | None:
+def lease_store(output: str, s3: S3Settings) -> LeaseStore | None:
     """The store of ``output``'s lease: S3 for ``s3a://``/``s3://``, a file for a local path;
     None for another file system, where the run goes on without one (a warning says so)."""
     parsed = urlparse(output)

@@ -16,7 +16,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from reconstructor.settings import AVAILABLE_NOW, Config
+from reconstructor.settings import Settings
 from reconstructor.core.chain import ChainKey
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
 from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest
@@ -189,7 +189,7 @@ def _bounded(call, seconds: float, stop: StopRequest | None = None) -> None:
         raise failure[0]
 
 
-def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
+def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
           dedupe_changes: bool = False, vacuum_in_stream: bool = True, on_counts=None,
           lease_check=None) -> RunningPipeline:
     """Start the query ``cfg`` describes (and its compactor, when ``cfg.compact_every`` is set).
@@ -239,12 +239,12 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
                                          vacuum=vacuum_in_stream)
     if query_name:
         writer = writer.queryName(query_name)
-    if available_now(cfg.trigger):
+    if cfg.trigger.available_now:
         writer = writer.trigger(availableNow=True)
-    elif cfg.trigger == "once":
+    elif cfg.trigger.once:
         writer = writer.trigger(once=True)
     else:
-        writer = writer.trigger(processingTime=f"{_ms(cfg.trigger)} milliseconds")
+        writer = writer.trigger(processingTime=f"{_ms(cfg.trigger.interval)} milliseconds")
     query = _start(spark, writer, cfg)
     sinks.set_query_id(query.id)  # the checkpoint's own id: the batches wait for it
     try:
@@ -257,8 +257,8 @@ def start(spark: SparkSession, cfg: Config, *, query_name: str | None = None,
     return RunningPipeline(query, sinks, background)
 
 
-def _start(spark: SparkSession, writer, cfg: Config) -> StreamingQuery:
-    if not available_now(cfg.trigger):
+def _start(spark: SparkSession, writer, cfg: Settings) -> StreamingQuery:
+    if not cfg.trigger.available_now:
         return writer.start()
     # With processing-time timeouts Spark would run no-data batches forever (they are how timeouts
     # fire), so an available-now query would never end. Without them it ends once caught up, and
@@ -271,10 +271,6 @@ def _start(spark: SparkSession, writer, cfg: Config) -> StreamingQuery:
         return writer.start()
     finally:
         spark.conf.set(key, previous)
-
-
-def available_now(trigger) -> bool:
-    return trigger in (AVAILABLE_NOW, "availableNow")
 
 
 def progress_dict(progress) -> dict | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from reconstructor.errors import IntegrityViolationError, StoppedBySignal, UsageError
+from reconstructor.settings.durations import Trigger
 
 #: Restarts a continuous run allows in a row (an available-now run allows none unless set).
 DEFAULT_RESTART_ATTEMPTS = 5
@@ -53,17 +54,12 @@ def transient(exc: BaseException) -> bool:
         exc, (IntegrityViolationError, UsageError, StoppedBySignal, LeaseLost))
 
 
-def continuous(trigger) -> bool:
-    """An interval trigger (a ``timedelta``), not available-now or once."""
-    return isinstance(trigger, dt.timedelta)
-
-
-def attempts_for(trigger, restart_attempts: int | None) -> int:
+def attempts_for(trigger: Trigger, restart_attempts: int | None) -> int:
     """The restarts allowed: as set, else the default for a continuous run and none for a run
     that ends once caught up (its caller reruns it, and its exit tells the scheduler)."""
     if restart_attempts is not None:
         return restart_attempts
-    return DEFAULT_RESTART_ATTEMPTS if continuous(trigger) else 0
+    return DEFAULT_RESTART_ATTEMPTS if trigger.continuous else 0
 
 
 def backoff(attempt: int, first: dt.timedelta, cap: dt.timedelta = BACKOFF_CAP) -> dt.timedelta:

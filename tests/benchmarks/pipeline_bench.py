@@ -38,7 +38,7 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from reconstructor.settings import Config  # noqa: E402
+from reconstructor.settings import Settings  # noqa: E402
 from workbench import localstack  # noqa: E402
 from workbench.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
 from workbench.producer import SensorProducer  # noqa: E402
@@ -92,7 +92,7 @@ def _publish(messages: list[Planned], topics: list[str]) -> float:
 def _reconstructor(spark, pattern: str, root: Path, max_offsets: int | None) -> tuple[float, list[dict]]:
     from reconstructor.spark.pipeline import start
 
-    cfg = Config(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
+    cfg = Settings(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
                  output=str(root / "out"), checkpoint=str(root / "chk"),
                  max_offsets_per_trigger=max_offsets, compact_every=None)
     started = time.perf_counter()
@@ -220,7 +220,7 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     from reconstructor.spark.stateful import reconstruct, reconstruct_inputs
 
     if name == "reconstructor":
-        cfg = Config(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
+        cfg = Settings(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
                      output=str(root / "out"), checkpoint=str(root / "chk"),
                      max_offsets_per_trigger=max_offsets, compact_every=None)
         running = start(spark, cfg)
@@ -254,7 +254,7 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
                                          stateStructType="rows long", outputMode="append",
                                          timeoutConf=GroupStateTimeout.NoTimeout))
     else:
-        frame = reconstruct(parsed, schema, session_timeout_ms=int(Config().session_timeout.total_seconds() * 1000))
+        frame = reconstruct(parsed, schema, session_timeout_ms=int(Settings().session_timeout.total_seconds() * 1000))
     return _noop_run(spark, frame, root), {}
 
 
@@ -423,7 +423,7 @@ def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
     topics = [f"{prefix}{i}" for i in range(4)]
     create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in topics})
     ts = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
-    cfg = Config(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=f"{prefix}[0-9]+",
+    cfg = Settings(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=f"{prefix}[0-9]+",
                  output=str(work / "out"), checkpoint=str(work / "chk"), compact_every=None,
                  max_offsets_per_trigger=args.load_batch)
     hot = [(topics[i % 4], f"{prefix}hot-{i}") for i in range(20)]

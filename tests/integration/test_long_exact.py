@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from reconstructor.cli import commands
-from reconstructor.cli.app import build_parser
+from reconstructor.cli.parser import build_parser
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.state_reader import read_session_state
 from tests.support.kafka import create_topics

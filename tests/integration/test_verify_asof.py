@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from reconstructor.audit.delta_tables import storage_options
-from reconstructor.settings import S3Config
+from reconstructor.settings import S3Settings
 from workbench import localstack
 from workbench.fleet import FleetSpec, inject, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
@@ -88,8 +88,8 @@ def test_the_run_verifies_and_the_summary_counts_what_was_checked(fleet):
 
 def test_the_run_verifies_on_s3(fleet, monkeypatch):
     """The tables copied to the local stack's S3 with delta-rs, verified through s3a://."""
-    s3 = S3Config(localstack.s3_endpoint(), localstack.S3_REGION, localstack.S3_ACCESS_KEY,
-                  localstack.S3_SECRET_KEY, path_style=True)
+    s3 = S3Settings(endpoint=localstack.s3_endpoint(), region=localstack.S3_REGION, access_key=localstack.S3_ACCESS_KEY,
+                    secret_key=localstack.S3_SECRET_KEY, path_style=True)
     root = f"s3a://{localstack.S3_BUCKET}/verify-{fleet['run_id']}/out"
     options = storage_options(s3, root)
     for name in ("row_changes", "current_rows", "sessions", "violations"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.settings import S3Config
+from reconstructor.settings import S3Settings
 from reconstructor.core.lease import Lease
 from reconstructor.errors import ReconstructorError, UsageError
 from reconstructor.contract.lease import S3LeaseStore, WriterLease, lease_store
@@ -13,8 +13,8 @@ from reconstructor.contract.lease import S3LeaseStore, WriterLease, lease_store
 pytestmark = pytest.mark.integration
 
 
-def _s3(stack) -> S3Config:
-    return S3Config(endpoint=stack.s3_endpoint(), region=stack.S3_REGION, access_key=stack.S3_ACCESS_KEY,
+def _s3(stack) -> S3Settings:
+    return S3Settings(endpoint=stack.s3_endpoint(), region=stack.S3_REGION, access_key=stack.S3_ACCESS_KEY,
                     secret_key=stack.S3_SECRET_KEY, path_style=True)
 
 

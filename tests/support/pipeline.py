@@ -37,7 +37,7 @@ def offsets_of(messages, partitions: int, start: dict | None = None) -> list[tup
     return placed
 
 
-def stream_config(pattern: str, output: str, checkpoint: str, **settings) -> config.Config:
+def stream_config(pattern: str, output: str, checkpoint: str, **settings) -> config.Settings:
     """A run's configuration on the local stack: ``settings`` as a config file has them
     ('45 seconds'), no in-stream compaction unless asked, and no RECON_* from the environment."""
     return config.load(None, env={}, flags={

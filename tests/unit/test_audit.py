@@ -17,7 +17,7 @@ from reconstructor.audit.checks import Discrepancy, Verification
 from reconstructor.audit.delta_tables import delta_uri, storage_options
 from reconstructor.audit.fold import ChangeFold, changes_up_to, row_columns
 from reconstructor.audit.seq_runs import SeqRuns
-from reconstructor.settings import S3Config
+from reconstructor.settings import S3Settings
 from reconstructor.core.batch import process_batch
 from tests.support.model import SCHEMA, Model, Msg, normalise_values, to_frame
 from tests.support.strategies import batches_of, valid_session
@@ -309,14 +309,14 @@ def test_seq_runs_hold_intervals_and_name_the_gaps():
 
 
 def test_s3_settings_become_delta_rs_storage_options():
-    s3 = S3Config(endpoint="http://127.0.0.1:9000", region="us-east-1", access_key="k", secret_key="s",
+    s3 = S3Settings(endpoint="http://127.0.0.1:9000", region="us-east-1", access_key="k", secret_key="s",
                   path_style=True)
     assert delta_uri("s3a://recon/out/row_changes") == "s3://recon/out/row_changes"
     assert storage_options(s3, "s3a://recon/out") == {
         "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true",
         "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
     assert storage_options(s3, "/data/out") == {}
-    https = storage_options(S3Config(endpoint="s3.example.com"), "s3://b/x")
+    https = storage_options(S3Settings(endpoint="s3.example.com"), "s3://b/x")
     assert https["AWS_ENDPOINT_URL"] == "https://s3.example.com" and "AWS_ALLOW_HTTP" not in https
 
 

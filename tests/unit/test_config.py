@@ -148,12 +148,12 @@ def test_config_show_redacts_the_secret_system_properties_inside_a_value(tmp_pat
         "-Xss8m -Djavax.net.ssl.keyStorePassword=*** -Dapp.db.password=*** "
         "-Djavax.net.ssl.keyStore=/etc/ks.jks -Dapp.secret=***")
     assert shown["spark.executor.extraJavaOptions"] == "-Dapi.token=*** -Dapp.mode=fast"
-    assert config._redact("'-Dapp.password=a b' x-Dtoken=1", "spark.opts") == "'-Dapp.password=***' x-Dtoken=1"
+    assert config.redact("'-Dapp.password=a b' x-Dtoken=1", "spark.opts") == "'-Dapp.password=***' x-Dtoken=1"
     assert "-Dapp.db.password='pw 2c7f'" in cfg.spark["spark.driver.extraJavaOptions"]  # still passed through
 
 
 def test_no_scalar_setting_is_redacted():
-    text = config.Config(output="/out", topic_pattern="sensor-.*", bootstrap_servers="h:1").to_toml()
+    text = config.Settings(output="/out", topic_pattern="sensor-.*", bootstrap_servers="h:1").to_toml()
     assert config.REDACTED not in text
 
 

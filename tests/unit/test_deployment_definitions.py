@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconstructor.cli.app import build_parser
+from reconstructor.cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 

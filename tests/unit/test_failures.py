@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.settings import Config
+from reconstructor.settings import Settings
 from reconstructor.errors import EXIT_FAILURE, IntegrityViolationError, ReconstructorError, UsageError
 from reconstructor.cli.failures import endpoint_address, explain
 
@@ -43,8 +43,8 @@ KAFKA_DOWN = (
     "Call: describeTopics\n")
 
 
-def config(**s3) -> Config:
-    cfg = Config(bootstrap_servers="nohost:9092", output="s3a://nobucket/x", checkpoint="s3a://nobucket/chk")
+def config(**s3) -> Settings:
+    cfg = Settings(bootstrap_servers="nohost:9092", output="s3a://nobucket/x", checkpoint="s3a://nobucket/chk")
     for key, value in s3.items():
         setattr(cfg.s3, key, value)
     return cfg
@@ -71,7 +71,7 @@ def failure(text: str) -> Exception:
      "S3 endpoint http://127.0.0.1:9 does not answer: check s3.endpoint (RECON_S3_ENDPOINT)"),
     (NO_CREDENTIALS, None, "s3a://recon: no S3 credentials: set s3.access_key and s3.secret_key "
                            "(RECON_S3_ACCESS_KEY, RECON_S3_SECRET_KEY) or the AWS credential chain"),
-    (REFUSED, Config(output="s3a://recon/x/out"), "--output s3a://recon/x/out: S3 refused the credentials: "
+    (REFUSED, Settings(output="s3a://recon/x/out"), "--output s3a://recon/x/out: S3 refused the credentials: "
      "check s3.access_key and s3.secret_key (RECON_S3_ACCESS_KEY, RECON_S3_SECRET_KEY)"),
     (KAFKA_DOWN, config(), "Kafka at nohost:9092 does not answer: check --bootstrap-servers "
                            "(and that the broker is up)"),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reconstructor import settings as config
-from reconstructor.cli.app import build_parser
+from reconstructor.cli.parser import build_parser
 from reconstructor.errors import UsageError
 from reconstructor.metrics.batch import BatchCounts
 from reconstructor.metrics.export import MetricsExport

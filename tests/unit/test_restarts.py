@@ -83,10 +83,10 @@ def test_a_committed_batch_earns_every_attempt_back_and_an_idle_trigger_does_not
 
 
 def test_only_a_continuous_run_restarts_unless_attempts_are_set():
-    interval = dt.timedelta(seconds=30)
+    interval = config.Trigger("30 seconds")
     assert attempts_for(interval, None) == DEFAULT_RESTART_ATTEMPTS == 5
     assert attempts_for(config.AVAILABLE_NOW, None) == 0
-    assert attempts_for("once", None) == 0
+    assert attempts_for(config.Trigger("once"), None) == 0
     assert attempts_for(config.AVAILABLE_NOW, 3) == 3
     assert attempts_for(interval, 0) == 0
 

@@ -1,0 +1,170 @@
+"""The command line's parser.  Each command's settings flags are generated from the settings model
+(``reconstructor.settings.model``): a flag's name, type, choices, help and default are declared
+there once.  What is here is each command's own arguments (where a replay starts, which session
+``state`` prints) and its help page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import textwrap
+
+from reconstructor.errors import EXIT_USAGE
+from reconstructor.settings.layers import declared_type, env_name
+from reconstructor.settings.reference import default_text
+from reconstructor.settings.model import (ASOF, COMPACT, CONFIG, REPLAY, RUN, STATE, VERIFY, SCALAR_SETTINGS,
+                                          Settings, declaration)
+
+#: Commands of the local workbench (``python -m workbench``), which the product does not carry.
+WORKBENCH_COMMANDS = ("demo", "produce")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with one line (its default prints usage to stderr, also exit 2)."""
+
+    def error(self, message: str):  # noqa: D401
+        if any(f"invalid choice: '{moved}'" in message for moved in WORKBENCH_COMMANDS):
+            message += (" (the demo fleet's commands are the workbench's, in a checkout: "
+                        "make demo, or python -m workbench demo|produce)")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _fmt(prog):
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "".join(f"  {line}\n" for line in lines)
+
+
+#: Each command: its one-line help, its description and its examples.
+COMMANDS = {
+    RUN: ("the streaming job",
+          "Read the topics, rebuild every session in strict seq order, write Delta tables.",
+          _examples("reconstructor run --bootstrap-servers 127.0.0.1:9092 --topic-pattern 'sensor-.*' \\",
+                    "    --output /data/recon --checkpoint /data/recon/_checkpoint",
+                    "reconstructor run --config prod.toml --trigger '1 minute'")),
+    REPLAY: ("rebuild from given offsets, a timestamp or each session's last snapshot",
+             "Re-read Kafka from a starting point into the same or another output, with a fresh "
+             "checkpoint, and stop when caught up.",
+             _examples("reconstructor replay --config prod.toml --from-last-snapshot",
+                       """reconstructor replay --config prod.toml --from '{"sensor-1": {"0": 1200}}' --await-snapshot""",
+                       "reconstructor replay --config prod.toml --from-timestamp 2026-11-21T08:00:00Z --output /tmp/replay")),
+    COMPACT: ("OPTIMIZE closed hours and VACUUM, for schedulers",
+              "Bin-pack the row_changes hours that have closed and VACUUM all tables. On S3 with the "
+              "single-driver log store, run it only while no stream writes.",
+              _examples("reconstructor compact --output s3a://recon/tables --vacuum-retention '168 hours'")),
+    STATE: ("print a session's table from the streaming checkpoint",
+            "Read the state store of a checkpoint (Spark's state data source) and decode the session's "
+            "Arrow table.",
+            _examples("reconstructor state --checkpoint /data/recon/_checkpoint --topic sensor-1 "
+                      "--session sensor-1-session-0")),
+    VERIFY: ("check the output tables at rest against each other (no JVM)",
+             "Read the tables with delta-rs and check them: each change logged once, each session's "
+             "seqs, row_changes folded equals current_rows and sessions.row_count, quarantined sessions "
+             "match violations, each session's hash chain. Exit 3 with the first discrepancy.",
+             _examples("reconstructor verify --output /data/recon",
+                       "reconstructor verify --config prod.toml --output s3a://recon/tables --topic-pattern 'sensor-1.*'")),
+    ASOF: ("print a session's table as it was at a seq or an event time",
+           "Fold the session's row_changes (read with delta-rs, no JVM) up to a seq or an event time.",
+           _examples("reconstructor asof --output /data/recon --topic sensor-1 --session sensor-1-session-0 --seq 40",
+                     "reconstructor asof --output s3a://recon/tables --topic sensor-1 --session sensor-1-session-0 \\",
+                     "    --at 2026-11-21T10:00:30Z --format csv")),
+    CONFIG: ("show the effective configuration (secrets redacted)", None, None),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="reconstructor", formatter_class=_fmt,
+        description="Rebuild sensor tables from ordered snapshot/update Kafka streams into Delta tables.",
+        epilog=textwrap.dedent("""\
+            exit codes: 0 done, 2 bad usage or config, 3 integrity violation,
+              130/143 stopped by SIGINT/SIGTERM, 1 other failure
+
+            examples:
+              reconstructor run --bootstrap-servers 127.0.0.1:9092 --topic-pattern 'sensor-.*' \\
+                  --output s3a://recon/tables --checkpoint s3a://recon/checkpoints/main
+              reconstructor config show --config prod.toml
+            """))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for command, (help_line, description, epilog) in COMMANDS.items():
+        p = sub.add_parser(command, help=help_line, description=description, epilog=epilog, formatter_class=_fmt)
+        _COMMAND_ARGUMENTS[command](p)
+        add_setting_flags(p, command)
+        p.add_argument("-v", "--verbose", action="store_true", help="log more, with stack traces")
+    return parser
+
+
+def add_setting_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """The flags of the settings that ``command`` takes, as the model declares them."""
+    p.add_argument("--config", metavar="FILE", help="TOML config file (flags win over it; env RECON_* in between)")
+    for name in SCALAR_SETTINGS:
+        d = declaration(name)
+        if command not in d["commands"]:
+            continue
+        p.add_argument(d["flag"] or f"--{name.replace('_', '-')}", dest=name, default=None,
+                       help=flag_help(name, command), **_flag_kind(name, d))
+
+
+def flag_help(name: str, command: str | None = None) -> str:
+    """A setting's help: its declared text, its default and its variable (a secret's default is
+    never shown)."""
+    d = declaration(name)
+    text = d["help_for"].get(command, Settings.model_fields[name].description)
+    default = default_text(name)
+    return f"{text} (default {default}; env {env_name(name)})" if default else f"{text} (env {env_name(name)})"
+
+
+def _flag_kind(name: str, d: dict) -> dict:
+    kind = declared_type(Settings.model_fields[name].annotation)
+    if kind is bool:
+        return {"action": "store_true"}
+    extra = {"metavar": d["metavar"]} if d["metavar"] else {}
+    if kind is int:
+        return {"type": int, **extra}
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return {"choices": [v.value for v in kind]}
+    return extra
+
+
+def _replay_arguments(p: argparse.ArgumentParser) -> None:
+    start = p.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from", dest="from_offsets", metavar="JSON", help='offsets: {"topic": {"partition": offset}}')
+    start.add_argument("--from-timestamp", metavar="RFC3339", help="the first offset at or after this time")
+    start.add_argument("--from-last-snapshot", action="store_true",
+                       help="each open session's last snapshot, from the sessions table")
+
+
+def _compact_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-files", type=int, default=4, metavar="N",
+                   help="compact an hour only when it has more files than this (default 4)")
+
+
+def _session_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topic", required=True)
+    p.add_argument("--session", required=True)
+
+
+def _state_arguments(p: argparse.ArgumentParser) -> None:
+    _session_arguments(p)
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+
+
+def _asof_arguments(p: argparse.ArgumentParser) -> None:
+    _session_arguments(p)
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--at", metavar="RFC3339", help="the changes of messages with an event time (ts) at or before this")
+    when.add_argument("--seq", type=int, metavar="N", help="the changes of messages with a seq at or before N")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+
+
+def _config_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["show"])
+
+
+_COMMAND_ARGUMENTS = {RUN: lambda p: None, REPLAY: _replay_arguments, COMPACT: _compact_arguments,
+                      STATE: _state_arguments, VERIFY: lambda p: None, ASOF: _asof_arguments,
+                      CONFIG: _config_arguments}
