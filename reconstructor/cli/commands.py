@@ -111,10 +111,23 @@ def _writer_lease(cfg: Settings, command: str, checkpoint: str | None, store=Non
 def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *, dedupe_changes: bool,
                    restarts: Restarts | None, signals: StopSignals, lease) -> int:
     spark = _spark(cfg, app, signals)
-    if metrics is not None:  # one listener for the process: restarted queries report to it too
+    listener = None
+    if metrics is not None:  # one listener for the run: restarted queries report to it too
         from reconstructor.metrics.listener import MetricsListener
 
-        spark.streams.addListener(MetricsListener(metrics))
+        listener = MetricsListener(metrics)
+        spark.streams.addListener(listener)
+    try:
+        return _stream_restarting(spark, cfg, progress, metrics, dedupe_changes=dedupe_changes,
+                                  restarts=restarts, signals=signals, lease=lease)
+    finally:
+        if listener is not None:  # a caller that runs commands in one process keeps no stale listener
+            spark.streams.removeListener(listener)
+
+
+def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | None, *, dedupe_changes: bool,
+                       restarts: Restarts | None, signals: StopSignals, lease) -> int:
+    """The query, started again from its checkpoint after each failure the restart policy allows."""
     restarts = restarts or Restarts(0, cfg.restart_backoff)
     recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
     while True:

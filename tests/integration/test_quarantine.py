@@ -11,12 +11,13 @@ from confluent_kafka import Producer
 
 from workbench.fleet import FleetSpec, inject, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
-from tests.support.cli import cli
+# The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
+from tests.support.cli import cli_in_process as cli
 from tests.support.cli import produce as produce_fleet
 from tests.support.pipeline import (current_tables, expected_all, expected_open, offsets_of, produce, read_table,
                                     replayed_tables)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
 NAMES = RowSchema.load().names
 PARTITIONS = 2
 FAULTS = {"gap": "GAP", "duplicate": "DUPLICATE", "malformed": "MALFORMED"}

@@ -12,11 +12,12 @@ import pytest
 from reconstructor.contract.tables import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS, column_names
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.compaction import Compactor, compact_live_tables
-from tests.support.cli import cli, refusal_line
+# The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
+from tests.support.cli import cli_in_process as cli, refusal_line
 from tests.support.kafka import create_topics, send
 from tests.support.pipeline import current_tables, read_table, table_versions
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
 
 V1 = [("temperature", "double"), ("status", "string")]
 # humidity between two existing columns, reading_count last.

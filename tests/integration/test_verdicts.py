@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.cli import cli
+# The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
+from tests.support.cli import cli_in_process as cli
 from tests.support.kafka import create_topics, send, snapshot, update
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
 
 
 def run_cli(bootstrap: str, pattern: str, tmp_path, name: str, *extra: str):

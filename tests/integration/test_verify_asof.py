@@ -19,7 +19,7 @@ from reconstructor.settings import S3Settings
 from workbench import localstack
 from workbench.fleet import FleetSpec, inject, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
-from tests.support.cli import cli
+from tests.support.cli import cli, cli_in_process
 from tests.support.pipeline import current_tables, expected_all, produce
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ KEY = "verify-asof-chain-key"  # the run's chain is HMACs: verify needs it
 
 
 @pytest.fixture(scope="module")
-def fleet(stack, tmp_path_factory):
+def fleet(stack, spark, tmp_path_factory):
     """A fleet with a lost update (quarantined, then resynced) run once in quarantine mode."""
     run_id = random.Random().randbytes(5).hex()
     spec = FleetSpec(topic_prefix=f"v{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=12,
@@ -39,7 +39,7 @@ def fleet(stack, tmp_path_factory):
     messages, _ = inject(original, "gap-resync", random.Random(2), session=victim)
     produce(spec, messages, 2)
     out = tmp_path_factory.mktemp("verify") / "out"
-    ran = cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"{spec.topic_prefix}[0-9]+",
+    ran = cli_in_process("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"{spec.topic_prefix}[0-9]+",
               "--output", str(out), "--checkpoint", str(out.parent / "chk"), "--compact-every", "off",
               "--on-violation", "quarantine", "--chain-key", KEY)
     assert ran.returncode == 0, ran.stderr[-3000:]

@@ -11,9 +11,10 @@ import pytest
 from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import assert_exact, current_tables, expected_open, produce, run, table_versions
-from tests.support.cli import cli, refusal_line
+# The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
+from tests.support.cli import cli_in_process as cli, refusal_line
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
 NAMES = RowSchema.load().names
 TABLES = ("row_changes", "current_rows", "sessions")
 

@@ -1,7 +1,11 @@
-"""The command line as a user runs it: a subprocess of this interpreter."""
+"""The command line as a user runs it: a subprocess of this interpreter (``cli``), or the same
+entry point in this process over the suite's one SparkSession (``cli_in_process``)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import signal
 import subprocess
@@ -12,6 +16,47 @@ import urllib.request
 def cli(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "reconstructor", *args], capture_output=True,
                           text=True, timeout=timeout)
+
+
+def cli_in_process(*args) -> subprocess.CompletedProcess:
+    """``reconstructor ARGS`` through its entry point (``reconstructor.cli.main``) in this process:
+    its exit code and its stdout and stderr, as ``cli`` gives them.  The command's SparkSession is
+    the suite's (``getOrCreate`` finds it), so no JVM starts.  For the tests whose subject is not
+    the process boundary: exit codes of a real process, signals, crashes and the wheel keep
+    ``cli``.  What a command leaves in the process is put back: the SQL settings it applied to the
+    session, the signal handlers a run installs and the log handlers."""
+    from pyspark.sql import SparkSession
+
+    from reconstructor.cli import main
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None, "cli_in_process runs over the suite's SparkSession: use the spark fixture"
+    conf = dict(spark.conf.getAll)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    out, err = io.StringIO(), io.StringIO()
+    root.handlers = [logging.StreamHandler(err)]
+    root.handlers[0].setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exit_:  # argparse's usage errors and --help
+                code = exit_.code if isinstance(exit_.code, int) else 2
+    finally:
+        root.handlers, root.level = saved_handlers, saved_level
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        now = dict(spark.conf.getAll)
+        for key in now.keys() - conf.keys():
+            with contextlib.suppress(Exception):  # a static setting the command could not change
+                spark.conf.unset(key)
+        for key, value in conf.items():
+            if now.get(key) != value:
+                with contextlib.suppress(Exception):
+                    spark.conf.set(key, value)
+    return subprocess.CompletedProcess(["reconstructor", *args], code, out.getvalue(), err.getvalue())
 
 
 def produce(*args, timeout=600):

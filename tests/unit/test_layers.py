@@ -81,3 +81,11 @@ def test_each_layer_imports_only_what_is_below_it(layer, forbidden):
     offenders = {m: sorted(d for d in deps if any(d == f or d.startswith(f + ".") for f in forbidden))
                  for m, deps in GRAPH.items() if m == layer or m.startswith(layer + ".")}
     assert not {m: d for m, d in offenders.items() if d}
+
+
+def test_the_wheel_lists_every_package_of_the_product_and_nothing_else():
+    import tomllib
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {_module_name(p.parent) for p in PACKAGE.rglob("__init__.py")}
+    assert set(project["packages"]) - {"reconstructor.schemas"} == packages
