@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from reconstructor.core.continuity import check_continuity, malformed
-from reconstructor.core.frames import VALUE, change_rows, exact_longs
+from reconstructor.core.frames import VALUE, change_rows, concat_rows, exact_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.quarantine import (await_resync, quarantine, resyncs_at_once, rows_of, set_aside,
                                            unnamed_records)
@@ -110,8 +110,7 @@ def apply_in_kafka_order(topic: str, session: str | None, df: pd.DataFrame, stat
             rest = rest[(rest["partition"] != v.partition) | (rest["offset"] != v.offset)]
         if rest.empty:
             break
-    changes = pieces[0] if len(pieces) == 1 else (
-        pd.concat(pieces, ignore_index=True) if pieces else empty_changes(schema))
+    changes = pieces[0] if len(pieces) == 1 else (concat_rows(pieces) if pieces else empty_changes(schema))
     return BatchResult(columns_of(changes), current, skipped=skipped, recorded=recorded)
 
 

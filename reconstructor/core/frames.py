@@ -154,3 +154,15 @@ def take(values, order):
 def values_of(s: pd.Series):
     """``s``'s values without a copy: a numpy array, or an extension array (Int64, boolean)."""
     return s.array if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) else s.to_numpy()
+
+
+def concat_rows(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """``frames`` one after the other, under a new index.
+
+    An empty frame adds no rows, and pandas 2 gives it no say in the result's dtypes either (an
+    empty change frame's object columns do not turn another's datetimes into objects); pandas 3
+    will.  It is left out here, so the result stays what it is on both.  When every frame is empty
+    they are concatenated as they are: their columns and dtypes are all the result has.
+    """
+    rows = [f for f in frames if len(f)]
+    return pd.concat(rows or frames, ignore_index=True)

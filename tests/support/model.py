@@ -10,6 +10,7 @@ import copy
 import datetime as dt
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from reconstructor.core.frames import INPUT
@@ -55,6 +56,14 @@ def to_frame(msgs: list[Msg], schema: RowSchema = SCHEMA) -> pd.DataFrame:
                             **{c: values.get(c) for c in schema.names}})
     frame = pd.DataFrame.from_records(records, columns=list(INPUT) + schema.names)
     return frame
+
+
+def split_rows(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
+    """``frame`` cut into ``parts`` runs of consecutive rows (copies), as ``numpy.array_split`` cuts
+    an array: the first ``len(frame) % parts`` runs one row longer, empty runs when rows run out."""
+    size, longer = divmod(len(frame), parts)
+    ends = np.cumsum([0] + [size + 1] * longer + [size] * (parts - longer))
+    return [frame.iloc[start:end].copy() for start, end in zip(ends[:-1], ends[1:])]
 
 
 class ModelViolation(Exception):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from reconstructor.core import ViolationKind
 from reconstructor.core.batch import process_batch
+from reconstructor.core.frames import concat_rows
 from reconstructor.core.state import SessionStatus
 from tests.support.model import SCHEMA, Msg, table_as_dict, to_frame
 from tests.support.strategies import micro_batches, valid_session
@@ -54,7 +55,7 @@ def outcome(batches):
     state, changes, violation = run_core(batches)
     if violation is not None:
         return verdict(violation), None
-    log = pd.concat(changes, ignore_index=True) if changes else pd.DataFrame()
+    log = concat_rows(changes) if changes else pd.DataFrame()
     tables = (table_as_dict(state.table), state.status, state.last_seq, state.last_offset,
               state.snapshot_seq, state.snapshot_offset, state.first_seq)
     return None, (tables, list(zip(log["seq"], log["row_id"], log["op"])) if len(log) else [])

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from reconstructor.core import ViolationKind
 from reconstructor.core.blob import dump_table, load_table, read_table
+from reconstructor.core.frames import concat_rows
 from reconstructor.core.batch import apply_in_kafka_order, apply_update_run, process_batch
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.table import last_change_per_row
-from tests.support.model import (SCHEMA, Model, ModelViolation, Msg, normalise_values,
+from tests.support.model import (SCHEMA, Model, ModelViolation, Msg, normalise_values, split_rows,
                                  table_as_dict, to_frame)
 from tests.support.strategies import batches_of, valid_session
 
@@ -31,7 +32,7 @@ def run_core(batches: list[list[Msg]], split: list[int] | None = None, through_b
     for i, batch in enumerate(batches):
         frame = to_frame(batch)
         parts = (split or [1])[i % len(split or [1])]
-        frames = [f for f in np.array_split(frame.sample(frac=1, random_state=i), max(1, parts)) if len(f)]
+        frames = [f for f in split_rows(frame.sample(frac=1, random_state=i), max(1, parts)) if len(f)]
         result = process_batch("sensor-1", "s1", frames, state, SCHEMA)
         if result.violation is not None:
             return state, changes, result.violation
@@ -57,7 +58,7 @@ def replay_changes(changes: list[pd.DataFrame]) -> dict:
     table: dict = {}
     if not changes:
         return table
-    log = pd.concat(changes, ignore_index=True)
+    log = concat_rows(changes)
     for _, ch in log.iterrows():
         if ch["op"] == "delete":
             table.pop(ch["row_id"], None)
@@ -85,7 +86,7 @@ def test_valid_sessions_reconstruct_exactly_as_the_model(data, split):
     assert state.status is (SessionStatus.ENDED if msgs[-1].type == "end" else SessionStatus.OPEN)
     # row_changes replayed in seq order rebuild the table, and match the model's change log.
     assert replay_changes(changes) == model_table(model)
-    log = pd.concat(changes, ignore_index=True)
+    log = concat_rows(changes)
     assert len(log) == len(model.changes)
     assert list(zip(log["seq"], log["row_id"], log["op"])) == [(s, r, o) for s, r, o, _ in model.changes]
     # current_rows keeps only each batch's last change per row: that alone rebuilds the table too.
@@ -105,7 +106,7 @@ def test_the_update_fast_path_agrees_with_the_general_path(data, split):
     for i, batch in enumerate(batches):
         frame = to_frame(batch).sample(frac=1, random_state=i)
         parts = split[i % len(split)]
-        df = pd.concat([f for f in np.array_split(frame, parts) if len(f)], ignore_index=True)
+        df = pd.concat([f for f in split_rows(frame, parts) if len(f)], ignore_index=True)
         general = apply_in_kafka_order("sensor-1", "s1", df, copy.copy(state), SCHEMA, await_snapshot=False)
         arrow_in = state is not None and isinstance(state.stored, pa.Table)
         fast = apply_update_run(df, state, SCHEMA)

@@ -7,7 +7,6 @@ micro-batches end, and a resync must leave the session exactly as a clean run fr
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -17,7 +16,8 @@ from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.state import SessionStatus
-from tests.support.model import SCHEMA, Msg, QuarantineModel, normalise_values, table_as_dict, to_frame
+from tests.support.model import (SCHEMA, Msg, QuarantineModel, normalise_values, split_rows, table_as_dict,
+                                 to_frame)
 from tests.support.strategies import micro_batches, valid_session
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -30,7 +30,7 @@ def run(batches, policy=QUARANTINE, session="s1", state=None):
     log, recorded = [], []
     for i, batch in enumerate(batches):
         frame = to_frame(batch).sample(frac=1, random_state=i)
-        frames = [f for f in np.array_split(frame, 2) if len(f)]
+        frames = [f for f in split_rows(frame, 2) if len(f)]
         result = process_batch("sensor-1", session, frames, state, SCHEMA, policy=policy)
         if result.violation is not None:
             return state, log, recorded, result.violation
