@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from reconstructor.core.frames import int_or_none
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 
@@ -151,9 +152,5 @@ def kafka_order(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFr
 
 
 def _violation(kind: ViolationKind, topic: str, session: str, row, expected, detail: str):
-    return IntegrityViolation(kind, topic, _int(row["partition"]), _int(row["offset"]), session,
-                              expected, _int(row["seq"]), detail)
-
-
-def _int(value) -> int | None:
-    return None if value is None or pd.isna(value) else int(value)
+    return IntegrityViolation(kind, topic, int_or_none(row["partition"]), int_or_none(row["offset"]),
+                              session, expected, int_or_none(row["seq"]), detail)

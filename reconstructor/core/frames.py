@@ -156,6 +156,12 @@ def values_of(s: pd.Series):
     return s.array if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) else s.to_numpy()
 
 
+def int_or_none(value) -> int | None:
+    """A frame's value as a Python int, None where it is null: how a violation names a record's
+    partition, offset and seq (a numpy int would not survive its JSON, a null is no number)."""
+    return None if value is None or pd.isna(value) else int(value)
+
+
 def concat_rows(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """``frames`` one after the other, under a new index.
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from reconstructor.core.continuity import kafka_order
-from reconstructor.core.frames import VALUE
+from reconstructor.core.frames import VALUE, int_or_none
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import empty_table, snapshot_problem
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
@@ -111,10 +111,6 @@ def _records(topic: str, session: str | None, msgs: pd.DataFrame, bad: pd.Series
     for partition, offset, seq, why, value in zip(msgs["partition"], msgs["offset"], msgs["seq"],
                                                   bad.to_numpy(), values):
         text = detail if why is None else (why if kind == ViolationKind.MALFORMED else f"{detail} (malformed: {why})")
-        out.append(IntegrityViolation(kind, topic, _int(partition), _int(offset), session, None, _int(seq),
-                                      text, None if value is None or pd.isna(value) else str(value)))
+        out.append(IntegrityViolation(kind, topic, int_or_none(partition), int_or_none(offset), session, None,
+                                      int_or_none(seq), text, None if value is None or pd.isna(value) else str(value)))
     return out
-
-
-def _int(value) -> int | None:
-    return None if value is None or pd.isna(value) else int(value)

@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from reconstructor.core.blob import arrow_rows, row_ids
 from reconstructor.core.drift import snapshot_drift
-from reconstructor.core.frames import (CHANGE, INT_COLUMNS, coerce_columns, coerce_times, take, take_values,
-                                       values_of)
+from reconstructor.core.frames import (CHANGE, INT_COLUMNS, coerce_columns, coerce_times, int_or_none, take,
+                                       take_values, values_of)
 from reconstructor.core.policy import OnDrift
 from reconstructor.core.state import SessionState
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
@@ -41,7 +41,8 @@ class Rejected(Exception):
     @classmethod
     def at(cls, kind: ViolationKind, record, detail: str) -> "Rejected":
         """The rejection of ``record`` (a message or change row, or its values by column name)."""
-        return cls(kind, _int(record["partition"]), _int(record["offset"]), _int(record["seq"]), detail)
+        return cls(kind, int_or_none(record["partition"]), int_or_none(record["offset"]),
+                   int_or_none(record["seq"]), detail)
 
     def violation(self, topic: str, session: str) -> IntegrityViolation:
         return IntegrityViolation(self.kind, topic, self.partition, self.offset, session,
@@ -218,7 +219,3 @@ def _stamp(frame: pd.DataFrame, msg: pd.Series, op: str) -> pd.DataFrame:
         frame[col] = msg[col]
     frame["op"] = op
     return frame
-
-
-def _int(value) -> int | None:
-    return None if value is None or pd.isna(value) else int(value)
