@@ -40,67 +40,105 @@ def check_continuity(topic: str, session: str, df: pd.DataFrame, state: SessionS
                      await_snapshot: bool) -> Continuity:
     """The messages of ``df`` (one row per message row, not empty) in Kafka order, where the checks
     start, where the valid prefix ends and the violation there."""
-    msgs, bad_detail = kafka_order(df, state)
-    n = len(msgs)
-    seqs = msgs["seq"].fillna(0).to_numpy(dtype=np.int64)  # a malformed record's seq may be null
-    types = msgs["type"].to_numpy()
-    bad = bad_detail.notna().to_numpy()
-    partition = state.partition if state is not None else int(msgs["partition"].iloc[0])
-    moved = msgs["partition"].to_numpy() != partition
+    m = _Messages.of(*kafka_order(df, state), state)
+    skipped = _start(m, state, await_snapshot)
+    if skipped is None:
+        return Continuity(m.msgs, m.partition, 0, 0, _violation(
+            ViolationKind.NO_SNAPSHOT, topic, session, m.msgs.iloc[0], None,
+            f"a session's first message must be a snapshot, got {m.types[0]!r}"))
+    if skipped == m.n:
+        return Continuity(m.msgs, m.partition, m.n, m.n, None)
+    cut, after_end = _first_break(m, state, skipped)
+    if cut == m.n:
+        return Continuity(m.msgs, m.partition, skipped, cut, None)
+    kind, expected, detail = _broken_rule(m, state, topic, skipped, cut, after_end)
+    return Continuity(m.msgs, m.partition, skipped, cut,
+                      _violation(kind, topic, session, m.msgs.iloc[cut], expected, detail))
 
-    # 1. Where the checks start: a new session's first message must be a snapshot (or, awaiting
-    #    one, the messages before it are skipped).
-    skipped = 0
-    if state is None:
-        is_snap = (types == "snapshot") & ~bad
-        if not is_snap[0] and not bad[0]:
-            if not await_snapshot:
-                return Continuity(msgs, partition, 0, 0, _violation(
-                    ViolationKind.NO_SNAPSHOT, topic, session, msgs.iloc[0], None,
-                    f"a session's first message must be a snapshot, got {types[0]!r}"))
-            skipped = int(np.argmax(is_snap | bad)) if (is_snap | bad).any() else n
-            if skipped == n:
-                return Continuity(msgs, partition, n, n, None)
 
-    # 2. The first record, from there, that breaks a rule; each rule as "first bad index".
-    #    Differences of non-negative longs cannot overflow; the expected seq can (a seq at the
-    #    largest long may be followed by nothing), so it is computed in Python ints.
-    steps = np.diff(seqs[skipped:]) != 1
+@dataclass(frozen=True)
+class _Messages:
+    """A micro-batch's messages in Kafka order and, read once, what the rules look at."""
+
+    msgs: pd.DataFrame
+    #: Why each message is malformed (null when it is not), and which ones are.
+    bad_detail: pd.Series
+    bad: np.ndarray
+    #: The seqs as int64 (a malformed record's null seq as 0) and the message types.
+    seqs: np.ndarray
+    types: np.ndarray
+    #: The session's partition (see ``Continuity``), and the messages on another one.
+    partition: int
+    moved: np.ndarray
+
+    @classmethod
+    def of(cls, msgs: pd.DataFrame, bad_detail: pd.Series, state: SessionState | None) -> "_Messages":
+        partition = state.partition if state is not None else int(msgs["partition"].iloc[0])
+        return cls(msgs, bad_detail, bad_detail.notna().to_numpy(),
+                   msgs["seq"].fillna(0).to_numpy(dtype=np.int64),  # a malformed record's seq may be null
+                   msgs["type"].to_numpy(), partition, msgs["partition"].to_numpy() != partition)
+
+    @property
+    def n(self) -> int:
+        return len(self.msgs)
+
+
+def _start(m: _Messages, state: SessionState | None, await_snapshot: bool) -> int | None:
+    """Where the checks start: a new session's first message must be a snapshot, or, awaiting one,
+    the messages before it are skipped (all of them when none comes).  None when a new session
+    starts with another message and no snapshot is awaited: that is its violation."""
+    if state is not None:
+        return 0
+    is_snap = (m.types == "snapshot") & ~m.bad
+    if is_snap[0] or m.bad[0]:
+        return 0  # a malformed first record is checked as such, by the rules that follow
+    if not await_snapshot:
+        return None
+    return int(np.argmax(is_snap | m.bad)) if (is_snap | m.bad).any() else m.n
+
+
+def _first_break(m: _Messages, state: SessionState | None, skipped: int) -> tuple[int, np.ndarray]:
+    """The first record from ``skipped`` on that breaks a rule (``m.n`` when none does), each rule
+    found as its first bad index, so the verdict is the earliest record whatever its kind; and
+    where the records after an end start, for ``_broken_rule`` to name that rule.
+
+    Differences of non-negative longs cannot overflow; the expected seq can (a seq at the largest
+    long may be followed by nothing), so it is left to ``_broken_rule``, in Python ints.
+    """
+    steps = np.diff(m.seqs[skipped:]) != 1
     seq_bad = np.flatnonzero(steps) + skipped + 1
-    if state is not None and n and int(seqs[0]) - state.last_seq != 1:
+    if state is not None and m.n and int(m.seqs[0]) - state.last_seq != 1:
         seq_bad = np.concatenate([[0], seq_bad])
-    ends = np.flatnonzero(types[skipped:] == "end") + skipped
+    ends = np.flatnonzero(m.types[skipped:] == "end") + skipped
     after_end = ends[:1] + 1 if state is None or state.status != SessionStatus.ENDED else np.array([0])
-    candidates = [int(a[0]) for a in (np.flatnonzero(bad), after_end[after_end < n],
-                                      np.flatnonzero(moved), seq_bad) if len(a)]
-    cut = min(candidates) if candidates else n
-    if cut == n:
-        return Continuity(msgs, partition, skipped, cut, None)
+    candidates = [int(a[0]) for a in (np.flatnonzero(m.bad), after_end[after_end < m.n],
+                                      np.flatnonzero(m.moved), seq_bad) if len(a)]
+    return (min(candidates) if candidates else m.n), after_end
 
-    # 3. The violation at the cut, named by the first rule it breaks.
-    row = msgs.iloc[cut]
+
+def _broken_rule(m: _Messages, state: SessionState | None, topic: str, skipped: int, cut: int,
+                 after_end: np.ndarray) -> tuple[ViolationKind, int | None, str]:
+    """The violation at ``cut``, named by the first rule it breaks, in the order the rules are
+    checked (a malformed record, a record after the end, a moved partition, then the seq): its
+    kind, the seq expected there and what was wrong."""
     if cut > skipped:
-        previous = int(seqs[cut - 1])
+        previous = int(m.seqs[cut - 1])
     else:
         previous = state.last_seq if state is not None else None
     expected = None if previous is None else previous + 1
-    if bad[cut]:
-        kind, detail = ViolationKind.MALFORMED, bad_detail.iloc[cut]
-    elif cut in after_end:
-        kind, expected = ViolationKind.AFTER_END, None
-        ended_at = state.last_seq if cut == 0 and state is not None else int(seqs[cut - 1])
-        detail = f"session ended at seq {ended_at}; no message may follow its end"
-    elif moved[cut]:
-        kind = ViolationKind.PARTITION_MOVED
-        detail = (f"session was on {topic}[{partition}] and shows up on "
-                  f"{topic}[{int(row['partition'])}]")
-    elif int(seqs[cut]) < expected:
-        kind = ViolationKind.DUPLICATE
-        detail = f"seq {int(seqs[cut])} was already seen (last applied seq {previous})"
-    else:
-        kind = ViolationKind.GAP
-        detail = f"missing seq {expected}..{int(seqs[cut]) - 1}"
-    return Continuity(msgs, partition, skipped, cut, _violation(kind, topic, session, row, expected, detail))
+    found = int(m.seqs[cut])
+    if m.bad[cut]:
+        return ViolationKind.MALFORMED, expected, m.bad_detail.iloc[cut]
+    if cut in after_end:
+        ended_at = state.last_seq if cut == 0 and state is not None else int(m.seqs[cut - 1])
+        return ViolationKind.AFTER_END, None, f"session ended at seq {ended_at}; no message may follow its end"
+    if m.moved[cut]:
+        moved_to = int(m.msgs["partition"].iloc[cut])
+        return ViolationKind.PARTITION_MOVED, expected, (
+            f"session was on {topic}[{m.partition}] and shows up on {topic}[{moved_to}]")
+    if found < expected:
+        return ViolationKind.DUPLICATE, expected, f"seq {found} was already seen (last applied seq {previous})"
+    return ViolationKind.GAP, expected, f"missing seq {expected}..{found - 1}"
 
 
 def malformed(df) -> np.ndarray:
