@@ -203,6 +203,46 @@ def apply_update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSc
         return None
     # Each column read once: a frame's column access costs more than the check made with it.
     cols = dict(df.items())
+    run = _update_run(cols, state)
+    if run is None:
+        return None
+    rows = change_rows(cols, np.lexsort((cols["row_pos"].to_numpy(dtype=np.int64), run.seqs)), schema)
+    table = _run_table(rows, run.snapshot_rows, len(df), state, schema.names)
+    if table is None:
+        return None
+    last = int(run.first_row[-1])
+    last_seq, last_offset = int(run.msg_seqs[-1]), int(run.offsets[last])
+    last_ts = _ts(cols["event_ts"].iloc[last])
+    if state is not None:
+        return BatchResult(rows, replace(state, last_seq=last_seq, last_offset=last_offset,
+                                         last_event_ts=last_ts, stored=table))
+    first, start = int(run.first_row[0]), int(run.msg_seqs[0])
+    return BatchResult(rows, SessionState(
+        partition=int(run.partition), status=SessionStatus.OPEN, first_seq=start, last_seq=last_seq,
+        last_offset=last_offset, snapshot_seq=start, snapshot_offset=int(run.offsets[first]),
+        started_ts=_ts(cols["event_ts"].iloc[first]), last_event_ts=last_ts, stored=table))
+
+
+@dataclass(frozen=True)
+class _UpdateRun:
+    """A batch the short path vouches for, as the arrays it read while checking it."""
+
+    partition: int
+    #: Per row: its record's offset and seq.
+    offsets: np.ndarray
+    seqs: np.ndarray
+    #: Per message, in Kafka order: its seq and its first row.
+    msg_seqs: np.ndarray
+    first_row: np.ndarray
+    #: The rows of the snapshot that starts a new session (0 for an open one).
+    snapshot_rows: int
+
+
+def _update_run(cols: dict, state: SessionState | None) -> _UpdateRun | None:
+    """The batch's columns as a run of updates in line with ``state`` (for a new session, after
+    the snapshot that starts it), as the arrays read to check it; None when they are not (a parse
+    error or a wrong key, a null coordinate, a record on another partition, rows of one message
+    that disagree on its seq, a seq out of line, a message other than an update)."""
     if malformed(cols).any() or any(_has_null(cols[c]) for c in ("row_pos", "seq", "offset")):
         return None
     partitions = cols["partition"].to_numpy()
@@ -215,17 +255,19 @@ def apply_update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSc
     msg_seqs = seqs[first_row]
     if not np.array_equal(seqs, msg_seqs[np.searchsorted(msg_offsets, offsets)]):
         return None  # rows of one message disagree on its seq
-    start = int(msg_seqs[0])
-    if (np.diff(msg_seqs) != 1).any() or (state is not None and start - state.last_seq != 1):
+    if (np.diff(msg_seqs) != 1).any() or (state is not None and int(msg_seqs[0]) - state.last_seq != 1):
         return None  # a gap, a duplicate or a swap (Python ints: a seq may be the largest long)
     types = cols["type"].to_numpy()
     is_update = types == "update"
-    in_snapshot = (offsets == msg_offsets[0]) if state is None else np.zeros(len(df), dtype=bool)
+    in_snapshot = (offsets == msg_offsets[0]) if state is None else np.zeros(len(offsets), dtype=bool)
     if not (is_update | in_snapshot).all() or not (types[in_snapshot] == "snapshot").all():
         return None
-    rows = change_rows(cols, np.lexsort((cols["row_pos"].to_numpy(dtype=np.int64), seqs)), schema)
-    names = schema.names
-    snapshot_rows = int(in_snapshot.sum())  # the snapshot's rows sort first
+    return _UpdateRun(partition, offsets, seqs, msg_seqs, first_row, int(in_snapshot.sum()))
+
+
+def _run_table(rows: dict, snapshot_rows: int, n: int, state: SessionState | None, names: list[str]):
+    """The session table after the run's ``n`` change ``rows`` (the snapshot's first: they sort
+    first), or None when the snapshot is flawed or an update deletes an unknown row."""
     if state is None:
         snapshot = pd.DataFrame({k: v[:snapshot_rows] for k, v in rows.items()})
         if snapshot_problem(snapshot) is not None:
@@ -233,22 +275,12 @@ def apply_update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSc
         table = snapshot.set_index("row_id")[names]
     else:
         table = state.stored
-    if snapshot_rows < len(df):
+    if snapshot_rows < n:
         try:
             table = apply_updates({k: v[snapshot_rows:] for k, v in rows.items()}, table, names)
         except Rejected:
             return None  # a delete of an unknown row
-    changes = rows
-    last = int(first_row[-1])
-    last_seq, last_offset, last_ts = int(msg_seqs[-1]), int(offsets[last]), _ts(cols["event_ts"].iloc[last])
-    if state is not None:
-        return BatchResult(changes, replace(state, last_seq=last_seq, last_offset=last_offset,
-                                            last_event_ts=last_ts, stored=table))
-    first = int(first_row[0])
-    return BatchResult(changes, SessionState(
-        partition=int(partition), status=SessionStatus.OPEN, first_seq=start, last_seq=last_seq,
-        last_offset=last_offset, snapshot_seq=start, snapshot_offset=int(offsets[first]),
-        started_ts=_ts(cols["event_ts"].iloc[first]), last_event_ts=last_ts, stored=table))
+    return table
 
 
 def _gather(frames) -> pd.DataFrame:
