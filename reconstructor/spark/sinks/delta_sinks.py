@@ -1,0 +1,159 @@
+"""``DeltaSinks``: the foreachBatch of the streaming query, composing the sinks' parts in the order
+that makes each batch's writes exactly-once (``reconstructor.spark.sinks``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Row, SparkSession
+
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.writer import batch_metadata
+from reconstructor.core.violations import IntegrityViolation
+from reconstructor.errors import RunAgain
+from reconstructor.metrics.batch import BatchCounts
+from reconstructor.spark.compaction import compact_live_tables
+from reconstructor.spark.sinks import records
+from reconstructor.spark.sinks.ahead import SessionsAhead, written_ahead
+from reconstructor.spark.sinks.appends import append_changes, append_violations
+from reconstructor.spark.sinks.claim import WriterClaim
+from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters
+from reconstructor.spark.sinks.merges import merge_live_tables
+from reconstructor.spark.sinks.query_id import QueryId
+from reconstructor.spark.sinks.stats import Recorded, batch_stats, counts_of, recorded_of
+from reconstructor.spark.sinks.stops import BatchStops
+from reconstructor.spark.sinks.tables import OutputTables
+from reconstructor.spark.sinks.timings import BatchTimings, keep
+
+# current_rows and sessions are MERGEd every batch; bin-pack them between batches this often.
+LIVE_COMPACTION_EVERY = 50
+
+
+@dataclass
+class DeltaSinks:
+    """The four output tables under one output root (local path or ``s3a://bucket/prefix``):
+    ``row_changes``, ``current_rows``, ``sessions`` and ``violations``."""
+
+    spark: SparkSession
+    output: str
+    schema: RowSchema
+    #: Replays re-read changes the output may already hold: insert a change only when its
+    #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.  A replay
+    #: may write any writer's tables; it records itself among their replays, not as their writer.
+    dedupe_changes: bool = False
+    #: Told each written batch's counts (``reconstructor.metrics.batch``), from the same aggregation.
+    on_counts: Callable[[int, BatchCounts], None] | None = None
+    #: The checks before each batch writes (``stops.BatchStops`` says what each is).
+    loss_check: Callable[[int], list] | None = None
+    loss_registry: object | None = None
+    lease_check: Callable[[], None] | None = None
+    #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
+    recorded: dict[int, Recorded] = field(default_factory=dict, init=False, repr=False)
+    #: Per batch id, the last ``timings.TIMINGS_KEPT`` written batches' phase timings.
+    timings: dict[int, BatchTimings] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._tables = OutputTables(self.spark, self.output, self.schema)
+        self._claim = WriterClaim(self._tables, replay=self.dedupe_changes)
+        self._query = QueryId()
+        self._stops = BatchStops(self.loss_check, self.loss_registry, self.lease_check)
+        self._ahead = SessionsAhead(self.spark, self.output, where={})
+        self._writers = TableWriters(self.spark)
+
+    # What a batch stopped on, for the driver to report as it is.
+    @property
+    def violation(self) -> IntegrityViolation | None:
+        return self._stops.violation
+
+    @property
+    def stopped_by(self) -> Exception | None:
+        return self._stops.stopped_by
+
+    @property
+    def run_again(self) -> RunAgain | None:
+        return self._stops.run_again
+
+    def check_writer(self, checkpoint) -> None:
+        """Refuse (``UsageError``) to write tables another writer holds, before Kafka is read;
+        ``checkpoint`` is the query's ``CheckpointState``."""
+        states = self._claim.check(checkpoint)
+        self._ahead.where = written_ahead(self.spark, self.output, checkpoint, states, self.dedupe_changes)
+
+    def set_query_id(self, query_id: str) -> None:
+        """The streaming query's id (``StreamingQuery.id``), right after ``writer.start()``."""
+        self._query.set(query_id)
+
+    @property
+    def query_id(self) -> str:
+        return self._query.get()
+
+    @property
+    def app_id(self) -> str:
+        """Delta's idempotency id: one per writer, which is its checkpoint's query."""
+        return self._query.app_id
+
+    def path(self, name: str) -> str:
+        return self._tables.path(name)
+
+    def ensure_tables(self) -> None:
+        """Create the tables with explicit schemas and properties when they do not exist."""
+        self._tables.ensure()
+
+    def start_creating_tables(self) -> None:
+        """``ensure_tables`` in the background; ``await_tables`` and the first write wait for it."""
+        self._tables.start_creating()
+
+    def await_tables(self) -> None:
+        """Wait for ``start_creating_tables``; its failure as one line."""
+        self._tables.await_created()
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """The foreachBatch function: the batch computed once, into the cache; checked; then the
+        appends, then the MERGEs side by side."""
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        started = time.perf_counter()
+        try:
+            stats = batch_stats(batch)
+            computed = time.perf_counter()
+            losses = self._stops.losses(batch_id)
+            if stats.records == 0 and not losses:
+                return  # a no-data batch (session timeouts found nothing): no Delta commit at all
+            self._stops.check_violation(stats.violation)
+            self.await_tables()
+            self._stops.check_lease()
+            self._claim.record(self._query)
+            end = getattr(self.loss_check, "batch_end", None)
+            txn = BatchTransactions(self._writers, self.output, self.app_id, batch_id,
+                                    batch_metadata(self.query_id, batch_id, end or {}))
+            appended, tables = self._write(batch, txn, stats, losses, end)
+            merged = time.perf_counter()
+            keep(self.timings, batch_id, BatchTimings(computed - started, appended - computed, merged - appended,
+                                                      tables))
+            if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
+                compact_live_tables(self.spark, self.output)
+            if self.on_counts is not None:
+                self.on_counts(batch_id, counts_of(stats))
+        finally:
+            batch.unpersist()
+
+    def _write(self, batch: DataFrame, txn: BatchTransactions, stats: Row, losses: list,
+               end: dict | None) -> tuple[float, dict[str, float]]:
+        """The batch's writes, in the order a re-run relies on; when the appends (and the read of
+        the sessions ahead) ended, and each MERGE's seconds."""
+        current, sessions = records.current(batch), records.sessions(batch)
+        append_changes(txn, records.changes(batch), self.schema, self.dedupe_changes)
+        if stats.recorded or losses:
+            append_violations(txn, records.recorded(self.spark, batch, losses), self.dedupe_changes)
+            self.recorded[txn.batch_id] = recorded_of(stats)
+        # Sessions the tables hold at a later point (a replay into them, or a run behind one):
+        # their rows stay as they are, and the sessions MERGE keeps their row too.
+        behind = self._ahead.behind(sessions, end)
+        if behind is not None:
+            current = current.join(behind, ["topic", "session"], "left_anti")
+            sessions = sessions.join(behind, ["topic", "session"], "left_anti")
+        appended = time.perf_counter()
+        tables = merge_live_tables(self.spark, txn, self.schema, current, sessions, closed=stats.closed > 0)
+        return appended, tables

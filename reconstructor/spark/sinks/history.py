@@ -1,0 +1,36 @@
+"""How far a writer got: the Kafka offsets its commits recorded in a table's history, and those a
+checkpoint's last committed batch ended at.  The writer claim and ``ahead`` compare the two."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from reconstructor.contract.writer import offsets_in_metadata
+from reconstructor.core.data_loss import offsets_from_log
+from reconstructor.spark.checkpoint import read_checkpoint_file
+
+# How many of a table's latest commits a takeover searches for its writer's last batch (a replay,
+# compactions and a second table write of a batch commit in between).
+HISTORY_SEARCHED = 200
+
+
+def recorded_offsets(spark: SparkSession, path: str, writer: str | None) -> Iterator[dict]:
+    """The offsets that ``writer``'s (any writer's, for None) commits among the table's recent
+    ones record, newest first (``batch_metadata``)."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return
+    for r in DeltaTable.forPath(spark, path).history(HISTORY_SEARCHED).select("userMetadata").collect():
+        found = offsets_in_metadata(r.userMetadata, writer)
+        if found is not None:
+            yield found
+
+
+def committed_offsets(spark: SparkSession, checkpoint) -> dict:
+    """The Kafka offsets the checkpoint's last committed batch ended at ({} before any)."""
+    if checkpoint.last_committed is None:
+        return {}
+    text = read_checkpoint_file(spark, checkpoint.location, f"offsets/{checkpoint.last_committed}")
+    return offsets_from_log(text) if text else {}

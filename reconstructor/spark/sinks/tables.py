@@ -1,0 +1,94 @@
+"""The four output tables under one output root: created with explicit schemas and properties,
+in the background beside the query's start, and what each one's Delta log says of its writer."""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+from pyspark.util import inheritable_thread_target
+
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import (CURRENT_ROWS, ROW_CHANGES, SESSIONS, SESSIONS_DDL, TABLES, VIOLATIONS,
+                                           VIOLATIONS_DDL, current_rows_ddl, row_changes_ddl, table_path)
+from reconstructor.contract.writer import REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, replays_of
+from reconstructor.errors import ReconstructorError, error_line
+from reconstructor.spark.transactions import side_by_side
+
+
+@dataclass
+class OutputTables:
+    """``row_changes``, ``current_rows``, ``sessions`` and ``violations`` under ``output`` (a local
+    path or ``s3a://bucket/prefix``)."""
+
+    spark: SparkSession
+    output: str
+    schema: RowSchema
+    _creating: Future | None = field(default=None, init=False, repr=False)
+
+    def path(self, name: str) -> str:
+        return table_path(self.output, name)
+
+    def ensure(self) -> None:
+        """Create the tables with explicit schemas and properties when they do not exist."""
+        specs = [
+            (ROW_CHANGES, row_changes_ddl(self.schema), ["hour"],
+             {"delta.appendOnly": "true"}),
+            (CURRENT_ROWS, current_rows_ddl(self.schema), [], {}),
+            (SESSIONS, SESSIONS_DDL, [], {}),
+            (VIOLATIONS, VIOLATIONS_DDL, [], {"delta.appendOnly": "true"}),
+        ]
+        # Independent tables: create them side by side (mostly driver round trips).
+        side_by_side(self.spark, *[functools.partial(self._create, *spec) for spec in specs])
+
+    def _create(self, name: str, ddl: str, parts: list[str], props: dict[str, str]) -> None:
+        builder = (DeltaTable.createIfNotExists(self.spark).location(self.path(name))
+                   .addColumns(StructType.fromDDL(ddl)))
+        if parts:
+            builder = builder.partitionedBy(*parts)
+        for key, value in {**props, "reconstructor.table": name,
+                           "reconstructor.row_schema": self.schema.name}.items():
+            builder = builder.property(key, value)
+        builder.execute()
+
+    def start_creating(self) -> None:
+        """``ensure`` in the background; ``await_created`` and the first write wait for it.
+
+        Creating (or finding) the tables is a few driver round trips each; in the background it
+        overlaps the query's start and its first batch's parse instead of delaying both.
+        """
+        pool = ThreadPoolExecutor(1, thread_name_prefix="ensure-tables")
+        self._creating = pool.submit(inheritable_thread_target(self.spark)(self.ensure))
+        pool.shutdown(wait=False)
+
+    def await_created(self) -> None:
+        """Wait for ``start_creating``; its failure as one line."""
+        if self._creating is None:
+            return
+        try:
+            self._creating.result()
+        except Exception as exc:  # noqa: BLE001 - any failure here is the output's
+            raise ReconstructorError(
+                f"cannot create the output tables under {self.output}: {error_line(exc)}") from exc
+
+    def states(self) -> list[TableState]:
+        """Each existing table's writer and whether it holds data, from its Delta log alone."""
+        try:
+            found = side_by_side(self.spark, *[functools.partial(self._state, name) for name in TABLES])
+        except Exception as exc:  # noqa: BLE001 - any failure here is the output's
+            raise ReconstructorError(
+                f"cannot read the output tables under {self.output}: {error_line(exc)}") from exc
+        return [state for state in found if state is not None]
+
+    def _state(self, name: str) -> TableState | None:
+        path = self.path(name)
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            return None
+        detail = DeltaTable.forPath(self.spark, path).detail().collect()[0]
+        props = detail.properties or {}
+        return TableState(name, (detail.numFiles or 0) > 0, props.get(WRITER_PROPERTY),
+                          replays_of(props.get(REPLAYS_PROPERTY)))
