@@ -316,9 +316,18 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
 
     ``fast_path=False`` runs every check on every record: the reference the tests compare with.
     """
-    # A key or value that is not UTF-8 is an error of the record, whatever its JSON says: its
-    # bytes never reach pandas (where decoding them kills the worker).  The key is kept with each
-    # bad byte replaced, to group by; the value is dropped.
+    env = _read_messages(_kafka_text(kafka), schema, fast_path)
+    env = _row_arrays(_checked_envelope(env), schema)
+    rows = _row_values(_explode_rows(env, keep_values), schema)
+    return _output(rows, schema, _row_error(schema), keep_values)
+
+
+def _kafka_text(kafka: DataFrame) -> DataFrame:
+    """The Kafka columns, with the key and value as text and whether each is valid UTF-8.
+
+    A key or value that is not UTF-8 is an error of the record, whatever its JSON says: its bytes
+    never reach pandas (where decoding them kills the worker).  The key is kept with each bad byte
+    replaced, to group by; the value is dropped (``json`` is null)."""
     env = kafka.select(
         "topic", "partition", "offset",
         F.col("timestamp").alias("kafka_ts"),
@@ -327,15 +336,24 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         F.expr("NOT is_valid_utf8(CAST(key AS STRING))").alias("bad_key"),
     )
     env = env.select("*", F.expr("NOT is_valid_utf8(text)").alias("bad_value"))
-    env = env.select("*", F.expr("CASE WHEN bad_value THEN NULL ELSE text END").alias("json"))
+    return env.select("*", F.expr("CASE WHEN bad_value THEN NULL ELSE text END").alias("json"))
+
+
+def _read_messages(env: DataFrame, schema: RowSchema, fast_path: bool) -> DataFrame:
+    """Each value read both ways: ``parsed`` (the VARIANT every check reads) and ``typed_message``
+    (``from_json``, the fast path's values), then ``msg_ok`` (vouched for) and ``message_variant``,
+    the checked path's input: null for a vouched message, so each check costs a null test."""
     env = env.select("*", F.expr(f"CASE WHEN {_nothing_after('json')} THEN try_parse_json(json) END").alias("parsed"),
                      F.from_json("json", _typed_ddl(schema)).alias("typed_message") if fast_path
                      else F.lit(None).cast(_typed_ddl(schema)).alias("typed_message"))
     env = env.select("*", (_vouched(schema) if fast_path else F.lit(False)).alias("msg_ok"))
-    # The checked path reads ``message_variant``: null for a vouched message, so each check costs a
-    # null test.
-    env = env.select("*", F.expr("CASE WHEN msg_ok THEN NULL ELSE parsed END").alias("message_variant"))
-    env = env.select(
+    return env.select("*", F.expr("CASE WHEN msg_ok THEN NULL ELSE parsed END").alias("message_variant"))
+
+
+def _checked_envelope(env: DataFrame) -> DataFrame:
+    """The checked path's envelope: each field's JSON type and value, in columns of their own that
+    ``_envelope_error`` refers to (one nested expression would cost more to compile than to run)."""
+    return env.select(
         "*",
         F.expr("try_variant_get(message_variant, '$', 'map<string,variant>')").alias("message_fields"),
         *_field_types("message_variant", SCALAR_ENVELOPE_FIELDS, "json_type_"),
@@ -347,7 +365,11 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         F.expr("try_variant_get(message_variant, '$.rows', 'array<variant>')").alias("rows"),
     ).withColumn("unknown_field", _unknown_key("message_fields", ENVELOPE_FIELDS))
 
-    env_error = _interpreted(_first_error([
+
+def _envelope_error() -> Column:
+    """The checked path's envelope error (``_checked_envelope``'s columns), else null; interpreted,
+    so that its texts stay out of the stage's generated code (``_interpreted``)."""
+    return _interpreted(_first_error([
         ("message_variant IS NULL", "'value is not valid JSON'"),
         ("message_fields IS NULL",
          "concat('value is a JSON ', schema_of_variant(message_variant), ', not an object')"),
@@ -366,15 +388,25 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         ("has_rows AND rows IS NULL", "'rows must be an array'"),
         ("type = 'end' AND size(rows) > 0", "'an end message carries no rows'"),
     ]))
-    # A vouched message explodes its typed rows (beside null variants); a checked one its variant
-    # rows, each beside its typed twin where from_json has one (it is not used there).
-    env = env.select(
+
+
+def _row_arrays(env: DataFrame, schema: RowSchema) -> DataFrame:
+    """The two row arrays to explode side by side.
+
+    A vouched message explodes its typed rows (beside null variants); a checked one its variant
+    rows, each beside its typed twin where from_json has one (it is not used there)."""
+    return env.select(
         "*",
         F.expr("CASE WHEN msg_ok THEN array_repeat(CAST(NULL AS VARIANT), size(typed_message.rows)) "
                "ELSE rows END").alias("row_variants"),
         F.expr(f"CASE WHEN msg_ok THEN typed_message.rows ELSE slice(coalesce(typed_message.rows, "
                f"CAST(array() AS {_typed_rows_ddl(schema)})), 1, size(rows)) END").alias("typed_rows"),
     )
+
+
+def _explode_rows(env: DataFrame, keep_values: bool) -> DataFrame:
+    """One row per message row (a message without rows keeps one, ``row_pos`` null), with the
+    envelope's values from the path that vouched for or checked the message, and its error."""
     raw = [F.expr("make_valid_utf8(text)").alias(VALUE)] if keep_values else []
     env = env.select("topic", "partition", "offset", "kafka_ts", "key", "bad_key", "bad_value", "msg_ok", *raw,
                      _fast_or_checked("typed_message.session", "session"),
@@ -383,11 +415,15 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
                                       F.expr(f"CASE WHEN json_type_seq IN {_INTEGER} THEN seq END"), "seq"),
                      _fast_or_checked("typed_message.type", "type"),
                      _fast_or_checked(rfc3339_timestamp("typed_message.ts"), "event_ts"),
-                     F.when(~F.col("msg_ok"), env_error).alias("env_error"),
+                     F.when(~F.col("msg_ok"), _envelope_error()).alias("env_error"),
                      F.posexplode_outer(F.arrays_zip("row_variants", "typed_rows")).alias("row_pos", "row_pair"))
-    env = env.select("*", F.col("row_pair.row_variants").alias("row_variant"),
-                     F.col("row_pair.typed_rows").alias("typed_row"))
+    return env.select("*", F.col("row_pair.row_variants").alias("row_variant"),
+                      F.col("row_pair.typed_rows").alias("typed_row"))
 
+
+def _row_values(env: DataFrame, schema: RowSchema) -> DataFrame:
+    """Each row's id, op and column values from the path of its message, and for the checked path
+    each field's JSON type and the first unknown field and column (``_checked_row_conditions``)."""
     rows = env.select(
         "*",
         F.expr("try_variant_get(row_variant, '$', 'map<string,variant>')").alias("row_fields"),
@@ -401,11 +437,16 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         *[_fast_or_checked(_typed_value(c), _get("row_variant", f"$.values.{c.name}", c.spark_ddl), c.name)
           for c in schema.columns],
     )
-    rows = rows.select(
+    return rows.select(
         "*",
         _unknown_key("row_fields", ROW_FIELDS).alias("unknown_row_field"),
         _unknown_key("values_fields", schema.names).alias("unknown_column"),
     )
+
+
+def _checked_row_conditions(schema: RowSchema) -> dict:
+    """The checked path's condition for each of ``_row_reasons``' checks, on ``_row_values``'
+    columns (the fast path's own are ``_vouched_row_error``'s)."""
     conditions = {
         "not_object": "row_fields IS NULL",
         "unknown_field": "unknown_row_field IS NOT NULL",
@@ -423,23 +464,36 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         if col.type == "double":  # the variant holds it as an infinity, whose JSON text casts to null
             conditions[("range", col.name)] = (f"{_present(json_type)} AND {_column_ok(col, json_type)} "
                                                f"AND coalesce({_infinite(f'`{col.name}`')}, true)")
+    return conditions
+
+
+def _row_error(schema: RowSchema) -> Column:
+    """A row's error: its message's envelope error, else its own, each from the path that read it."""
     reasons = _row_reasons(
         schema, json_type=_value_json_type,
         value_json=lambda name: f"to_json(variant_get(row_variant, '$.values.{name}'))",
         value_text=lambda name: f"try_variant_get(row_variant, '$.values.{name}', 'string')")
+    conditions = _checked_row_conditions(schema)
     checked = F.coalesce(F.col("env_error"), F.when(F.col("row_variant").isNotNull(),
                                                     _interpreted(_first_row_error(reasons, conditions))))
     vouched = F.when(F.col("row_pos").isNotNull(), _vouched_row_error(schema))
-    error = F.when(F.col("msg_ok"), vouched).otherwise(checked)
-    # A producer's CreateTime (or a broker's LogAppendTime) past 2262 is valid Kafka but no time the
-    # tables carry: the record is malformed, and its time never reaches pandas.
-    record_error = F.when(F.col("bad_key"), F.lit("Kafka key is not valid UTF-8")).when(
+    return F.when(F.col("msg_ok"), vouched).otherwise(checked)
+
+
+def _record_error() -> Column:
+    """The record's own error, before its message's: a key or value that is not UTF-8, or a Kafka
+    time past the range.  A producer's CreateTime (or a broker's LogAppendTime) past 2262 is valid
+    Kafka but no time the tables carry: the record is malformed, and its time never reaches pandas."""
+    return F.when(F.col("bad_key"), F.lit("Kafka key is not valid UTF-8")).when(
         F.col("bad_value"), F.lit("Kafka value is not valid UTF-8")).when(
         F.expr(f"NOT {_in_range('kafka_ts')}"),
         F.expr(f"concat('Kafka timestamp ', unix_millis(kafka_ts), ' ms is outside the supported range "
                f"{TS_RANGE_TEXT}')"))
-    # A time outside the range is nulled beside its error, so that no conversion ever sees it; so is
-    # an infinity, which no JSON number is.
+
+
+def _output(rows: DataFrame, schema: RowSchema, error: Column, keep_values: bool) -> DataFrame:
+    """``parse_records``' columns.  A time outside the range is nulled beside its error, so that no
+    conversion ever sees it; so is an infinity, which no JSON number is."""
     return rows.select(
         "topic",
         # Null when the record names no session (no session and no key): the violation then says
@@ -451,7 +505,7 @@ def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True
         F.expr(f"CASE WHEN {_in_range('event_ts')} THEN event_ts END").alias("event_ts"),
         "row_pos", "row_id",
         F.coalesce("op_raw", F.lit("upsert")).alias("op"),
-        F.coalesce(record_error, error).alias("error"),
+        F.coalesce(_record_error(), error).alias("error"),
         *[F.expr(f"CASE WHEN {_in_range(f'`{c.name}`')} THEN `{c.name}` END").alias(c.name)
           if c.type == "timestamp" else
           F.expr(f"CASE WHEN NOT {_infinite(f'`{c.name}`')} THEN `{c.name}` END").alias(c.name)
