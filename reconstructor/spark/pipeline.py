@@ -13,7 +13,7 @@ import threading
 import time
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.settings import Settings
@@ -211,40 +211,9 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
     evolve_tables(spark, cfg.output, schema)
     sinks.start_creating_tables()
-    raw = kafka_stream(
-        spark,
-        bootstrap_servers=cfg.bootstrap_servers,
-        topic_pattern=cfg.topic_pattern,
-        starting_offsets=cfg.starting_offsets,
-        max_offsets_per_trigger=cfg.max_offsets_per_trigger,
-        kafka_options=dict(cfg.kafka),
-        assign_offsets=dedupe_changes,  # a replay reads exactly the partitions its plan names
-    )
-    out = reconstruct(parse_records(raw, schema, keep_values=policy.quarantine), schema,
-                      session_timeout_ms=_ms(cfg.session_timeout),
-                      await_snapshot=cfg.await_snapshot,
-                      state_retention_ms=_ms(cfg.state_retention),
-                      policy=policy,
-                      losses=registry.by_partition() if registry is not None else None,
-                      chain_key=ChainKey(cfg.chain_key),
-                      chain_seeds=chain_seeds(spark, cfg.output, cfg.topic_pattern) if dedupe_changes else None)
-    writer = (out.writeStream.foreachBatch(sinks.write_batch)
-              .option("checkpointLocation", cfg.checkpoint)
-              .outputMode("append"))
-    background = None
-    if cfg.compact_every is not None:
-        compactor = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
-                              retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1))
-        background = BackgroundCompactor(compactor, cfg.compact_every.total_seconds(),
-                                         vacuum=vacuum_in_stream)
-    if query_name:
-        writer = writer.queryName(query_name)
-    if cfg.trigger.available_now:
-        writer = writer.trigger(availableNow=True)
-    elif cfg.trigger.once:
-        writer = writer.trigger(once=True)
-    else:
-        writer = writer.trigger(processingTime=f"{_ms(cfg.trigger.interval)} milliseconds")
+    out = _reconstructed(spark, cfg, schema, registry, dedupe_changes)
+    writer = _writer(out, sinks, cfg, query_name)
+    background = _compactor(spark, cfg, vacuum_in_stream)
     query = _start(spark, writer, cfg)
     sinks.set_query_id(query.id)  # the checkpoint's own id: the batches wait for it
     try:
@@ -255,6 +224,52 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     if background is not None:  # its first run is now, so after the tables exist
         background.start()
     return RunningPipeline(query, sinks, background)
+
+
+def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, registry: LossRegistry | None,
+                   replay: bool) -> DataFrame:
+    """The records the stateful step emits: Kafka read, parsed, and each session rebuilt."""
+    policy = cfg.policy()
+    raw = kafka_stream(
+        spark,
+        bootstrap_servers=cfg.bootstrap_servers,
+        topic_pattern=cfg.topic_pattern,
+        starting_offsets=cfg.starting_offsets,
+        max_offsets_per_trigger=cfg.max_offsets_per_trigger,
+        kafka_options=dict(cfg.kafka),
+        assign_offsets=replay,  # a replay reads exactly the partitions its plan names
+    )
+    return reconstruct(parse_records(raw, schema, keep_values=policy.quarantine), schema,
+                       session_timeout_ms=_ms(cfg.session_timeout),
+                       await_snapshot=cfg.await_snapshot,
+                       state_retention_ms=_ms(cfg.state_retention),
+                       policy=policy,
+                       losses=registry.by_partition() if registry is not None else None,
+                       chain_key=ChainKey(cfg.chain_key),
+                       chain_seeds=chain_seeds(spark, cfg.output, cfg.topic_pattern) if replay else None)
+
+
+def _writer(out: DataFrame, sinks: DeltaSinks, cfg: Settings, query_name: str | None):
+    """The stream's writer: each micro-batch to the sinks, under the configured trigger."""
+    writer = (out.writeStream.foreachBatch(sinks.write_batch)
+              .option("checkpointLocation", cfg.checkpoint)
+              .outputMode("append"))
+    if query_name:
+        writer = writer.queryName(query_name)
+    if cfg.trigger.available_now:
+        return writer.trigger(availableNow=True)
+    if cfg.trigger.once:
+        return writer.trigger(once=True)
+    return writer.trigger(processingTime=f"{_ms(cfg.trigger.interval)} milliseconds")
+
+
+def _compactor(spark: SparkSession, cfg: Settings, vacuum: bool) -> BackgroundCompactor | None:
+    """The in-stream compactor, when ``compact_every`` is set."""
+    if cfg.compact_every is None:
+        return None
+    compactor = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
+                          retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1))
+    return BackgroundCompactor(compactor, cfg.compact_every.total_seconds(), vacuum=vacuum)
 
 
 def _start(spark: SparkSession, writer, cfg: Settings) -> StreamingQuery:
