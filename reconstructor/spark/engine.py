@@ -90,8 +90,30 @@ def build_spark(
         master = "local[*]"
     if master:
         builder = builder.master(master)
+    settings = spark_settings(master, s3=s3, jars_dir=jars_dir, shuffle_partitions=shuffle_partitions,
+                              conf=conf)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("RECON_SPARK_LOG_LEVEL", "WARN"))
+    return spark
 
-    settings: dict[str, str] = {
+
+def spark_settings(master: str | None, *, s3: S3Settings | None = None,
+                   jars_dir: str | os.PathLike | None = None, shuffle_partitions: int | None = None,
+                   conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every setting ``build_spark`` makes for ``master``, ``conf`` over the builder's own."""
+    settings = {**_engine_settings(), **_sized_settings(master, shuffle_partitions), **_batch_settings(),
+                **_loopback_settings(master), **_jar_settings(jars_dir),
+                **(s3.hadoop_conf() if s3 is not None else {}), **(conf or {})}
+    for key in JAVA_OPTIONS:
+        settings[key] = with_thread_stack(settings.get(key, ""))
+    return settings
+
+
+def _engine_settings() -> dict[str, str]:
+    """Delta, the RocksDB state store, UTC, and Arrow between the JVM and the state function."""
+    return {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stateStore.providerClass":
@@ -105,6 +127,12 @@ def build_spark(
         # frames costs the state function less to gather.  A session's rows still arrive in
         # several frames when there are more.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+    }
+
+
+def _sized_settings(master: str | None, shuffle_partitions: int | None) -> dict[str, str]:
+    """The task counts sized for the machine (local) or the cluster."""
+    return {
         "spark.sql.shuffle.partitions": str(shuffle_partitions or _default_shuffle_partitions()),
         # Delta rebuilds a table's snapshot state with this many tasks, several times per batch
         # (see ``_snapshot_partitions``); Delta's 50 is sized for big clusters.
@@ -112,6 +140,12 @@ def build_spark(
         # Delta's VACUUM lists a table's files in exactly this many tasks (Spark's default is
         # 10,000, sized for discovering a huge table's partitions): see ``_listing_parallelism``.
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": _listing_parallelism(master),
+    }
+
+
+def _batch_settings() -> dict[str, str]:
+    """How each micro-batch runs: its cache, its generated code, and no progress bars."""
+    return {
         # Each micro-batch is cached once and read a few times within seconds: compressing the
         # cache cost a third of the JVM's time in the stateful stage and saves nothing that matters.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
@@ -122,28 +156,26 @@ def build_spark(
         # A scheduled job logs; progress bars belong to the CLI's own progress display.
         "spark.ui.showConsoleProgress": "false",
     }
-    if master and (master.startswith("local") or _loopback_master(master)):
-        # Local mode, or a standalone master on loopback (``workbench.standalone``), binds the
-        # driver to loopback: no stray interface, nothing reachable from outside, and executors on
-        # this machine reach the driver where the master told them to.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        settings["spark.driver.host"] = "127.0.0.1"
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
+
+
+def _loopback_settings(master: str | None) -> dict[str, str]:
+    """The driver on loopback, for local mode or a standalone master on loopback."""
+    if not (master and (master.startswith("local") or _loopback_master(master))):
+        return {}
+    # Local mode, or a standalone master on loopback (``workbench.standalone``), binds the driver
+    # to loopback: no stray interface, nothing reachable from outside, and executors on this
+    # machine reach the driver where the master told them to.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+
+
+def _jar_settings(jars_dir: str | os.PathLike | None) -> dict[str, str]:
+    """The driver's and executors' classpath: ``spark_jars``, when there are any."""
     jars = spark_jars(jars_dir)
-    if jars is not None:
-        classpath = f"{Path(jars).resolve()}/*"
-        settings["spark.driver.extraClassPath"] = classpath
-        settings["spark.executor.extraClassPath"] = classpath
-    if s3 is not None:
-        settings.update(s3.hadoop_conf())
-    settings.update(conf or {})
-    for key in JAVA_OPTIONS:
-        settings[key] = with_thread_stack(settings.get(key, ""))
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("RECON_SPARK_LOG_LEVEL", "WARN"))
-    return spark
+    if jars is None:
+        return {}
+    classpath = f"{Path(jars).resolve()}/*"
+    return {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
 
 
 # The driver's and the executors' Java options, where the thread stack is set.
