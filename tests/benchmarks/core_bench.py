@@ -15,11 +15,10 @@ import argparse
 import random
 import time
 
-import numpy as np
 
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, load_table, read_table
-from tests.support.model import SCHEMA, Msg, to_frame
+from tests.support.model import SCHEMA, Msg, split_rows, to_frame
 
 
 def main() -> None:
@@ -41,7 +40,7 @@ def main() -> None:
     updates = [Msg(i, "update", offset=i, rows=[
         {"id": f"r{rng.randrange(args.rows)}", "values": {"temperature": float(i)}} for _ in range(3)])
         for i in range(1, args.updates + 1)]
-    frames = np.array_split(to_frame(updates).sample(frac=1, random_state=1), 8)
+    frames = split_rows(to_frame(updates).sample(frac=1, random_state=1), 8)
     t0 = time.perf_counter()
     second = process_batch("t", "s1", frames, first.state, SCHEMA)
     t1 = time.perf_counter()
