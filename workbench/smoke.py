@@ -16,7 +16,8 @@ from pyspark.sql import functions as F
 
 from workbench import localstack
 from workbench.producer import SensorProducer
-from reconstructor.spark.engine import S3Settings, build_spark
+from reconstructor.settings import S3Settings
+from reconstructor.spark.engine import build_spark
 from reconstructor.spark.source import kafka_stream
 
 

@@ -33,15 +33,13 @@ def _spark(cfg: Settings, app: str, signals: StopSignals | None = None):
     """The SparkSession; with ``signals``, their handlers are installed again once it started (the
     SparkContext sets a SIGINT handler of its own)."""
     from reconstructor.spark import logs
-    from reconstructor.spark.engine import S3Settings, build_spark
+    from reconstructor.spark.engine import build_spark
 
     verbose = logging.getLogger().isEnabledFor(logging.INFO)  # -v
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output, cfg.checkpoint)
-    s3 = S3Settings(cfg.s3.endpoint, cfg.s3.region, cfg.s3.access_key, cfg.s3.secret_key,
-                    bool(cfg.s3.path_style))
     logs.quiet_python(verbose)
     with logs.jvm_output(verbose), engine_ignores_sigterm():
-        spark = build_spark(app, master=cfg.master, s3=s3, jars_dir=cfg.jars_dir or default_jars_dir(),
+        spark = build_spark(app, master=cfg.master, s3=cfg.s3, jars_dir=cfg.jars_dir or default_jars_dir(),
                             shuffle_partitions=cfg.shuffle_partitions, conf=logs.driver_conf(cfg.spark, verbose))
     logs.set_engine_level(spark, verbose)
     if signals is not None:

@@ -9,51 +9,39 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from pyspark.sql import SparkSession
 
+from reconstructor.settings import S3Settings
 
-@dataclass(frozen=True)
-class S3Settings:
-    """How S3A reaches the object store.
 
-    ``endpoint`` is set for S3-compatible endpoints (the local stack); leave it ``None`` for AWS.
-    Keys left ``None`` fall back to the default AWS credential chain (env, profile, instance role).
-    """
-
-    endpoint: str | None = None
-    region: str | None = None
-    access_key: str | None = field(default=None, repr=False)
-    secret_key: str | None = field(default=None, repr=False)
-    path_style: bool = False
-
-    def hadoop_conf(self) -> dict[str, str]:
-        conf = {
-            "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-            # Fail fast against a dead endpoint instead of retrying for minutes.
-            "spark.hadoop.fs.s3a.attempts.maximum": "3",
-            "spark.hadoop.fs.s3a.retry.limit": "3",
-        }
-        if self.endpoint:
-            conf["spark.hadoop.fs.s3a.endpoint"] = self.endpoint
-            # S3-compatible servers often answer "Expect: 100-continue" badly (the SDK then fails
-            # an upload with status 100); plain PUTs work everywhere.
-            conf["spark.hadoop.fs.s3a.connection.expect.continue"] = "false"
-            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
-                self.endpoint.startswith("https://")).lower()
-        if self.region:
-            conf["spark.hadoop.fs.s3a.endpoint.region"] = self.region
-        if self.path_style:
-            conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
-        if self.access_key and self.secret_key:
-            conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
-                "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider")
-            conf["spark.hadoop.fs.s3a.access.key"] = self.access_key
-            conf["spark.hadoop.fs.s3a.secret.key"] = self.secret_key
-        return conf
+def s3a_conf(s3: S3Settings) -> dict[str, str]:
+    """How S3A reaches the object store the settings' ``[s3]`` names: an endpoint for S3-compatible
+    stores (the local stack), none for AWS; keys unset fall back to the default AWS credential
+    chain (env, profile, instance role)."""
+    conf = {
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        # Fail fast against a dead endpoint instead of retrying for minutes.
+        "spark.hadoop.fs.s3a.attempts.maximum": "3",
+        "spark.hadoop.fs.s3a.retry.limit": "3",
+    }
+    if s3.endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint
+        # S3-compatible servers often answer "Expect: 100-continue" badly (the SDK then fails
+        # an upload with status 100); plain PUTs work everywhere.
+        conf["spark.hadoop.fs.s3a.connection.expect.continue"] = "false"
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(s3.endpoint.startswith("https://")).lower()
+    if s3.region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = s3.region
+    if s3.path_style:
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+    if s3.access_key and s3.secret_key:
+        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        conf["spark.hadoop.fs.s3a.access.key"] = s3.access_key
+        conf["spark.hadoop.fs.s3a.secret.key"] = s3.secret_key
+    return conf
 
 
 def spark_jars(jars_dir: str | os.PathLike | None) -> Path | None:
@@ -105,7 +93,7 @@ def spark_settings(master: str | None, *, s3: S3Settings | None = None,
     """Every setting ``build_spark`` makes for ``master``, ``conf`` over the builder's own."""
     settings = {**_engine_settings(), **_sized_settings(master, shuffle_partitions), **_batch_settings(),
                 **_loopback_settings(master), **_jar_settings(jars_dir),
-                **(s3.hadoop_conf() if s3 is not None else {}), **(conf or {})}
+                **(s3a_conf(s3) if s3 is not None else {}), **(conf or {})}
     for key in JAVA_OPTIONS:
         settings[key] = with_thread_stack(settings.get(key, ""))
     return settings
