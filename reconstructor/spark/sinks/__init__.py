@@ -5,10 +5,10 @@ The micro-batch is persisted once, so the stateful step runs once per batch.  A 
 fails the batch before any table is touched; a recorded one (a drift, or in quarantine mode a
 violation or a record set aside) is appended to ``violations``, exactly once like the changes.
 The appends use Delta's idempotent writes (``txnAppId`` = the streaming query's id, ``txnVersion``
-= batch id) and the MERGEs are guarded by ``seq``, so a batch that is re-run after a crash neither
-loses nor repeats a change.  The query id is the checkpoint's own (Spark keeps it there), so a
-writer is its checkpoint, however its path is spelled; a batch records it on the tables
-(``reconstructor.writer``) before its first write.
+= batch id) and the MERGEs are guarded by each row's offset and each session's point in its
+history, so a batch that is re-run after a crash neither loses nor repeats a change.  The query
+id is the checkpoint's own (Spark keeps it there), so a writer is its checkpoint, however its path
+is spelled; a batch records it on the tables (``reconstructor.writer``) before its first write.
 
 After the appends, the ``current_rows`` and ``sessions`` MERGEs run side by side: each is its own
 Delta transaction on its own table, and much of a MERGE is driver-side planning and commit that
