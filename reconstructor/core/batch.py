@@ -22,7 +22,7 @@ from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.quarantine import (await_resync, quarantine, resyncs_at_once, rows_of, set_aside,
                                            unnamed_records)
 from reconstructor.core.state import SessionState, SessionStatus
-from reconstructor.core.table import (Rejected, apply_messages, apply_updates, columns_of, empty_changes,
+from reconstructor.core.table import (Drift, Rejected, apply_messages, apply_updates, columns_of, empty_changes,
                                       empty_table, snapshot_problem)
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
 from reconstructor.contract.row_schema import RowSchema
@@ -123,7 +123,7 @@ class _Step:
     state: SessionState | None
     skipped: int = 0
     violation: IntegrityViolation | None = None
-    drifts: list[Rejected] = field(default_factory=list)
+    drifts: list[Drift] = field(default_factory=list)
     rest: pd.DataFrame | None = None
 
 

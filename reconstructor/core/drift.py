@@ -1,4 +1,4 @@
-"""The snapshot audit: a snapshot compared with the table rebuilt from the session's updates.
+"""The drift check: a snapshot compared with the table rebuilt from the session's updates.
 
 A periodic snapshot (or the one that resyncs a quarantined session) carries the whole table as
 the sensor holds it; the table the updates since the previous snapshot built must be the same.  A

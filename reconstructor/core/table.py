@@ -25,12 +25,8 @@ from reconstructor.contract.row_schema import RowSchema
 
 
 @dataclass(frozen=True)
-class Rejected(Exception):
-    """A record the session table refuses (a flawed snapshot, a delete of an unknown row).
-
-    Raised by the table operations and caught where the verdict is made: the batch names it as
-    the violation of its topic and session.
-    """
+class RecordFinding:
+    """What the session table found wrong with one record, at the record's coordinates."""
 
     kind: ViolationKind
     partition: int | None
@@ -39,8 +35,8 @@ class Rejected(Exception):
     detail: str
 
     @classmethod
-    def at(cls, kind: ViolationKind, record, detail: str) -> "Rejected":
-        """The rejection of ``record`` (a message or change row, or its values by column name)."""
+    def at(cls, kind: ViolationKind, record, detail: str):
+        """The finding about ``record`` (a message or change row, or its values by column name)."""
         return cls(kind, int_or_none(record["partition"]), int_or_none(record["offset"]),
                    int_or_none(record["seq"]), detail)
 
@@ -49,9 +45,22 @@ class Rejected(Exception):
                                   self.seq, self.seq, self.detail)
 
 
+class Rejected(RecordFinding, Exception):
+    """A record the session table refuses (a flawed snapshot, a delete of an unknown row).
+
+    Raised by the table operations and caught where the verdict is made: the batch names it as
+    the violation of its topic and session.
+    """
+
+
+class Drift(RecordFinding):
+    """A snapshot that differs from the table rebuilt from the updates: recorded in ``violations``
+    (``SNAPSHOT_DRIFT``), never raised; the snapshot is applied all the same."""
+
+
 def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, schema: RowSchema, *,
                    known: bool = False, on_drift: OnDrift = OnDrift.IGNORE,
-                   ) -> tuple[pd.DataFrame, pd.DataFrame, list[Rejected]]:
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, list[Drift]]:
     """Apply ordered, continuous messages (``msgs``, one row each; ``rows``, their rows) to
     ``table``; return (changes, table, drifts).  Raises ``Rejected`` for a flawed snapshot or a
     delete of an unknown row.
@@ -61,7 +70,7 @@ def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, 
     difference is a ``SNAPSHOT_DRIFT``, raised with ``OnDrift.FAIL``, else returned in ``drifts``.
     """
     names = schema.names
-    drifts: list[Rejected] = []
+    drifts: list[Drift] = []
     rows = rows[rows["row_pos"].notna()]
     rows = coerce_times(coerce_columns(rows, schema))
     rows = rows.sort_values(["seq", "row_pos"], kind="stable")
@@ -80,7 +89,7 @@ def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, 
             if known and on_drift != OnDrift.IGNORE:
                 drift = snapshot_drift(table, snap_rows, names)
                 if drift is not None:
-                    drifts.append(Rejected.at(ViolationKind.SNAPSHOT_DRIFT, head, drift))
+                    drifts.append(Drift.at(ViolationKind.SNAPSHOT_DRIFT, head, drift))
                     if on_drift == OnDrift.FAIL:
                         raise drifts[-1]
             known = True
