@@ -89,9 +89,9 @@ def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, 
             if known and on_drift != OnDrift.IGNORE:
                 drift = snapshot_drift(table, snap_rows, names)
                 if drift is not None:
+                    if on_drift == OnDrift.FAIL:  # the drift is then the query's violation
+                        raise Rejected.at(ViolationKind.SNAPSHOT_DRIFT, head, drift)
                     drifts.append(Drift.at(ViolationKind.SNAPSHOT_DRIFT, head, drift))
-                    if on_drift == OnDrift.FAIL:
-                        raise drifts[-1]
             known = True
             new_ids = pd.Index(snap_rows["row_id"])
             dropped = table.index.difference(new_ids).sort_values()
