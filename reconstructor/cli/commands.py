@@ -59,13 +59,13 @@ def _validated_stream(cfg: Settings) -> None:
     validate.local_output_writable(cfg.checkpoint, "--checkpoint")
 
 
-def _stream(cfg: Settings, app: str, progress=None, *, dedupe_changes: bool = False,
+def _stream(cfg: Settings, app: str, progress=None, *, replay: bool = False,
             restarts: Restarts | None = None, signals: StopSignals | None = None) -> int:
     """Open the metrics' port and log (``--metrics-*``), then ``_stream_into`` them; close them
     however the run ends."""
     metrics = MetricsExport.open(cfg.metrics_host, cfg.metrics_port, cfg.metrics_log)
     try:
-        return _stream_into(cfg, app, progress, metrics, dedupe_changes=dedupe_changes, restarts=restarts,
+        return _stream_into(cfg, app, progress, metrics, replay=replay, restarts=restarts,
                             signals=signals or _stop_signals())
     finally:
         if metrics is not None:
@@ -73,14 +73,14 @@ def _stream(cfg: Settings, app: str, progress=None, *, dedupe_changes: bool = Fa
 
 
 def _stream_into(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *,
-                 dedupe_changes: bool, restarts: Restarts | None, signals: StopSignals) -> int:
+                 replay: bool, restarts: Restarts | None, signals: StopSignals) -> int:
     """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
     after a transient failure (the checks before Spark starts run once: a restart only starts).
     SIGINT and SIGTERM (``signals``) stop it, never to restart (``StopRequest``)."""
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
-    lease = _writer_lease(cfg, "replay" if dedupe_changes else "run", cfg.checkpoint)
+    lease = _writer_lease(cfg, "replay" if replay else "run", cfg.checkpoint)
     try:
-        return _stream_leased(cfg, app, progress, metrics, dedupe_changes=dedupe_changes, restarts=restarts,
+        return _stream_leased(cfg, app, progress, metrics, replay=replay, restarts=restarts,
                               signals=signals, lease=lease)
     finally:
         if lease is not None:
@@ -106,7 +106,7 @@ def _writer_lease(cfg: Settings, command: str, checkpoint: str | None, store=Non
     return lease
 
 
-def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *, dedupe_changes: bool,
+def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *, replay: bool,
                    restarts: Restarts | None, signals: StopSignals, lease) -> int:
     spark = _spark(cfg, app, signals)
     listener = None
@@ -116,21 +116,21 @@ def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | N
         listener = MetricsListener(metrics)
         spark.streams.addListener(listener)
     try:
-        return _stream_restarting(spark, cfg, progress, metrics, dedupe_changes=dedupe_changes,
+        return _stream_restarting(spark, cfg, progress, metrics, replay=replay,
                                   restarts=restarts, signals=signals, lease=lease)
     finally:
         if listener is not None:  # a caller that runs commands in one process keeps no stale listener
             spark.streams.removeListener(listener)
 
 
-def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | None, *, dedupe_changes: bool,
+def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | None, *, replay: bool,
                        restarts: Restarts | None, signals: StopSignals, lease) -> int:
     """The query, started again from its checkpoint after each failure the restart policy allows."""
     restarts = restarts or Restarts(0, cfg.restart_backoff)
     recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
     while True:
         try:
-            _query(spark, cfg, restarts, progress, recorded, dedupe_changes, metrics, signals,
+            _query(spark, cfg, restarts, progress, recorded, replay, metrics, signals,
                    lease.check if lease is not None else None)
             break
         except RunAgain as again:  # not a failure: the batch runs again from the checkpoint
@@ -151,11 +151,11 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
     return 0
 
 
-def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, dedupe_changes: bool,
+def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, replay: bool,
            metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease_check=None) -> None:
     from reconstructor.spark.pipeline import start
 
-    running = start(spark, cfg, dedupe_changes=dedupe_changes,
+    running = start(spark, cfg, replay=replay,
                     on_counts=metrics.count if metrics is not None else None, lease_check=lease_check)
     report = progress or functools.partial(_log_progress, running.sinks.recorded)
 
@@ -267,7 +267,7 @@ def replay(args) -> int:
     print(f"replaying from {offsets} into {cfg.output} (checkpoint {cfg.checkpoint}{left_alone})",
           file=sys.stderr)
     return _stream(cfg, "reconstructor-replay", progress=CatchUpProgress(starting=offsets),
-                   dedupe_changes=True, signals=signals)
+                   replay=True, signals=signals)
 
 
 def compact(args) -> int:

@@ -190,19 +190,19 @@ def _bounded(call, seconds: float, stop: StopRequest | None = None) -> None:
 
 
 def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
-          dedupe_changes: bool = False, vacuum_in_stream: bool = True, on_counts=None,
+          replay: bool = False, vacuum_in_stream: bool = True, on_counts=None,
           lease_check=None) -> RunningPipeline:
     """Start the query ``cfg`` describes (and its compactor, when ``cfg.compact_every`` is set).
 
-    Replays pass ``dedupe_changes``: they insert a row change only if the output lacks it, write
-    any writer's tables on a checkpoint of their own (no committed batch), and are recorded as
-    replays, not as the writer.  ``on_counts`` is told each written batch's ``BatchCounts`` (metrics).
+    A replay (``replay``) inserts a row change only if the output lacks it, may write any writer's
+    tables on a checkpoint of its own (no committed batch), and is recorded as a replay, not as
+    the writer.  ``on_counts`` is told each written batch's ``BatchCounts`` (metrics).
     """
     schema = RowSchema.load(cfg.row_schema)
     policy = cfg.policy()
     # Quarantine mode goes on past a DATA_LOSS: the losses recorded so far reach the state function.
     registry = LossRegistry(spark, cfg.checkpoint) if policy.quarantine else None
-    sinks = DeltaSinks(spark, cfg.output, schema, dedupe_changes=dedupe_changes, on_counts=on_counts,
+    sinks = DeltaSinks(spark, cfg.output, schema, replay=replay, on_counts=on_counts,
                        loss_check=KafkaLossCheck(spark, cfg.checkpoint, cfg.output, cfg.bootstrap_servers,
                                                  cfg.kafka),
                        loss_registry=registry, lease_check=lease_check)
@@ -211,7 +211,7 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
     evolve_tables(spark, cfg.output, schema)
     sinks.start_creating_tables()
-    out = _reconstructed(spark, cfg, schema, registry, dedupe_changes)
+    out = _reconstructed(spark, cfg, schema, registry, replay)
     writer = _writer(out, sinks, cfg, query_name)
     background = _compactor(spark, cfg, vacuum_in_stream)
     query = _start(spark, writer, cfg)

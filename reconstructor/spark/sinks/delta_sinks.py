@@ -43,7 +43,7 @@ class DeltaSinks:
     #: Replays re-read changes the output may already hold: insert a change only when its
     #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.  A replay
     #: may write any writer's tables; it records itself among their replays, not as their writer.
-    dedupe_changes: bool = False
+    replay: bool = False
     #: Told each written batch's counts (``reconstructor.metrics.batch``), from the same aggregation.
     on_counts: Callable[[int, BatchCounts], None] | None = None
     #: The checks before each batch writes (``stops.BatchStops`` says what each is).
@@ -57,7 +57,7 @@ class DeltaSinks:
 
     def __post_init__(self) -> None:
         self._tables = OutputTables(self.spark, self.output, self.schema)
-        self._claim = WriterClaim(self._tables, replay=self.dedupe_changes)
+        self._claim = WriterClaim(self._tables, replay=self.replay)
         self._query = QueryId()
         self._stops = BatchStops(self.loss_check, self.loss_registry, self.lease_check)
         self._ahead = SessionsAhead(self.spark, self.output, where={})
@@ -80,7 +80,7 @@ class DeltaSinks:
         """Refuse (``UsageError``) to write tables another writer holds, before Kafka is read;
         ``checkpoint`` is the query's ``CheckpointState``."""
         states = self._claim.check(checkpoint)
-        self._ahead.where = written_ahead(self.spark, self.output, checkpoint, states, self.dedupe_changes)
+        self._ahead.where = written_ahead(self.spark, self.output, checkpoint, states, self.replay)
 
     def set_query_id(self, query_id: str) -> None:
         """The streaming query's id (``StreamingQuery.id``), right after ``writer.start()``."""
@@ -144,9 +144,9 @@ class DeltaSinks:
         """The batch's writes, in the order a re-run relies on; when the appends (and the read of
         the sessions ahead) ended, and each MERGE's seconds."""
         current, sessions = records.current(batch), records.sessions(batch)
-        append_changes(txn, records.changes(batch), self.schema, self.dedupe_changes)
+        append_changes(txn, records.changes(batch), self.schema, self.replay)
         if stats.recorded or losses:
-            append_violations(txn, records.recorded(self.spark, batch, losses), self.dedupe_changes)
+            append_violations(txn, records.recorded(self.spark, batch, losses), self.replay)
             self.recorded[txn.batch_id] = recorded_of(stats)
         # Sessions the tables hold at a later point (a replay into them, or a run behind one):
         # their rows stay as they are, and the sessions MERGE keeps their row too.
