@@ -26,7 +26,9 @@ def test_every_command_the_demo_prints_works_as_printed(stack, tmp_path):
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert "|rdkafka#" not in demo.stderr  # librdkafka's own log lines stay out of the output
     commands = _printed_commands(demo.stdout)
-    by_name = {argv[argv.index("reconstructor") + 1]: argv for argv in commands}
+    # Each starts the reconstructor: the venv's console script, or ``python -m reconstructor``.
+    by_name = {argv[next(i for i, a in enumerate(argv) if Path(a).name == "reconstructor") + 1]: argv
+               for argv in commands}
     assert set(by_name) == {"state", "run", "config"}, demo.stdout
     config_file = Path(by_name["run"][by_name["run"].index("--config") + 1])
     assert config_file.is_file()
