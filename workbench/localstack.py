@@ -158,6 +158,20 @@ def _read_pid(name: str) -> int | None:
     return pid if pid_alive(pid) else None
 
 
+#: The servers this process started, by pid: kept, so that a server outliving its handle is not a
+#: "subprocess still running" warning, and reaped when this process stops or kills it (no zombie).
+_STARTED: dict[int, subprocess.Popen] = {}
+
+
+def _reap(pid: int, timeout: float = 10.0) -> None:
+    proc = _STARTED.pop(pid, None)
+    if proc is not None:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _STARTED[pid] = proc
+
+
 def _spawn(name: str, cmd: list[str], env: dict[str, str] | None = None) -> int:
     run = stack_dir() / "run"
     logs = stack_dir() / "logs"
@@ -173,6 +187,7 @@ def _spawn(name: str, cmd: list[str], env: dict[str, str] | None = None) -> int:
             env={**os.environ, **(env or {})},
         )
     (run / f"{name}.pid").write_text(str(proc.pid))
+    _STARTED[proc.pid] = proc
     return proc.pid
 
 
@@ -194,6 +209,7 @@ def _stop(name: str, timeout: float = 20.0) -> bool:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    _reap(pid)
     pidfile.unlink(missing_ok=True)
     return True
 
@@ -374,6 +390,8 @@ def signal_server(name: str, sig: int) -> int:
     if pid is None:
         raise StackError(f"{name} is not running in {stack_dir()}")
     os.killpg(pid, sig)
+    if sig == signal.SIGKILL:
+        _reap(pid)
     return pid
 
 
