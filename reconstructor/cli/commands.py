@@ -242,8 +242,6 @@ def config_show(args) -> int:
 def replay(args) -> int:
     signals = _stop_signals()
     cfg = from_args(args)
-    if args.await_snapshot:
-        cfg.await_snapshot = True
     # A replay never moves another query's checkpoint: it takes only a --checkpoint flag (one with
     # no committed batch, checked before the query starts), never the configured one.
     configured = from_args(argparse.Namespace(**{**vars(args), "checkpoint": None})).checkpoint

@@ -53,21 +53,13 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None,
         _apply(values, s3, tables, _read_toml(path), source=path)
     _apply(values, s3, tables, _from_env(env), source="environment")
     _apply(values, s3, tables, {k: v for k, v in (flags or {}).items() if v is not None}, source="flags")
-    return Settings(**_with_defaults(values), s3=S3Settings(**s3), **tables)
+    return Settings(**values, s3=S3Settings(**s3), **tables)  # the model fills in the defaults
 
 
 def from_args(args: argparse.Namespace) -> Settings:
     """The settings a command runs with: its flags over ``RECON_*`` over its ``--config`` file."""
     flags = {k: v for k, v in vars(args).items() if k in SCALAR_SETTINGS and v is not None}
     return load(getattr(args, "config", None), flags=flags)
-
-
-def _with_defaults(values: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for name in SCALAR_SETTINGS:
-        field = Settings.model_fields[name]
-        out[name] = values[name] if name in values else field.get_default(call_default_factory=True)
-    return out
 
 
 def _read_toml(path: str) -> dict:
@@ -131,9 +123,10 @@ def _read(name: str, value, model, source: str):
         return _whole_number(name, value, source, declaration(name, model)["zero"])
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         choices = tuple(v.value for v in kind)
-        if str(getattr(value, "value", value)) not in choices:
+        text = str(getattr(value, "value", value))  # a word, or the enum itself (in-process callers)
+        if text not in choices:
             raise UsageError(f"{source}: {name} must be one of {', '.join(choices)}, got {value!r}")
-        return kind(str(getattr(value, "value", value)))
+        return kind(text)
     if kind in (Duration, Trigger):
         return _duration(name, value, kind)
     return str(value)
