@@ -14,7 +14,7 @@ from reconstructor.errors import EXIT_USAGE
 from reconstructor.settings.layers import declared_type, env_name
 from reconstructor.settings.reference import default_text
 from reconstructor.settings.model import (ASOF, COMPACT, CONFIG, REPLAY, RUN, STATE, VERIFY, SCALAR_SETTINGS,
-                                          Settings, declaration)
+                                          Settings, declaration, flag_of)
 
 #: Commands of the local workbench (``python -m workbench``), which the product does not carry.
 WORKBENCH_COMMANDS = ("demo", "produce")
@@ -105,7 +105,7 @@ def add_setting_flags(p: argparse.ArgumentParser, command: str) -> None:
         d = declaration(name)
         if command not in d["commands"]:
             continue
-        p.add_argument(d["flag"] or f"--{name.replace('_', '-')}", dest=name, default=None,
+        p.add_argument(flag_of(name), dest=name, default=None,
                        help=flag_help(name, command), **_flag_kind(name, d))
 
 

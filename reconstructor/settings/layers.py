@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 from reconstructor.errors import UsageError
 from reconstructor.settings.durations import Duration, Trigger
-from reconstructor.settings.model import (COMPACTION_OFF, SCALAR_SETTINGS, S3Settings, Settings, declaration)
+from reconstructor.settings.model import (COMPACTION_OFF, SCALAR_SETTINGS, S3Settings, Settings, declaration,
+                                          flag_of)
 
 ENV_PREFIX = "RECON_"
 # Kafka client settings that may come from the environment (RECON_KAFKA_SASL_MECHANISM, ...).
@@ -166,7 +167,7 @@ def _duration(name: str, value, kind):
     zero duration is a typo (or spins) unless the setting says zero means something."""
     if isinstance(value, kind):
         return value
-    flag = declaration(name)["flag"] or f"--{name.replace('_', '-')}"
+    flag = flag_of(name)
     if name == "compact_every" and value == COMPACTION_OFF:
         return None
     try:

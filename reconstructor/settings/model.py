@@ -189,6 +189,11 @@ def declaration(name: str, model: type[BaseModel] = Settings) -> dict[str, Any]:
     return model.model_fields[name].json_schema_extra or {}
 
 
+def flag_of(name: str) -> str:
+    """A setting's flag: as declared, else ``--<name>`` with dashes."""
+    return declaration(name)["flag"] or f"--{name.replace('_', '-')}"
+
+
 def default_jars_dir() -> Path:
     """Where the JVM jars are when ``jars_dir`` is not set: ``.jars`` in the working directory,
     the folder ``make jars`` fills in a checkout.  Databricks and EMR provide the jars themselves,

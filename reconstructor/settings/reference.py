@@ -12,7 +12,7 @@ from pathlib import Path
 
 from reconstructor.settings.durations import duration_text
 from reconstructor.settings.layers import env_name
-from reconstructor.settings.model import SCALAR_SETTINGS, TABLES, Settings, declaration
+from reconstructor.settings.model import SCALAR_SETTINGS, TABLES, Settings, declaration, flag_of
 
 BEGIN, END = "<!-- settings-table:begin -->", "<!-- settings-table:end -->"
 
@@ -36,8 +36,7 @@ def flag_text(name: str) -> str:
     commands = [c for c in d["commands"] if c != "config"]
     if not commands:
         return ""
-    flag = d["flag"] or f"--{name.replace('_', '-')}"
-    return f"{', '.join(commands)}: `{flag}`"
+    return f"{', '.join(commands)}: `{flag_of(name)}`"
 
 
 def markdown_table() -> str:

@@ -10,7 +10,7 @@ import pytest
 from reconstructor import settings
 from reconstructor.cli.parser import COMMANDS, build_parser
 from reconstructor.errors import UsageError
-from reconstructor.settings.model import SCALAR_SETTINGS, Settings, declaration
+from reconstructor.settings.model import SCALAR_SETTINGS, Settings, declaration, flag_of
 from reconstructor.settings.reference import BEGIN, END, markdown_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -30,7 +30,7 @@ def test_every_setting_has_help_and_each_flag_is_on_the_commands_it_names():
     for name in SCALAR_SETTINGS:
         assert Settings.model_fields[name].description, name
         d = declaration(name)
-        flag = d["flag"] or f"--{name.replace('_', '-')}"
+        flag = flag_of(name)
         for command in COMMANDS:
             flags = {s for a in subparsers[command]._actions for s in a.option_strings}
             assert (flag in flags) == (command in d["commands"]), (name, command)
