@@ -48,6 +48,15 @@ def setting(default: Any, help: str, *, flag: str | None = None, commands: tuple
         "help_for": help_for or {}, "secret": secret})
 
 
+class StatefulEngine(str, enum.Enum):
+    """Where the stateful step runs: the Python core in ``applyInPandasWithState``, or its JVM port
+    in ``flatMapGroupsWithState`` (the engine jar ``make jars`` builds).  Both write the same
+    tables; a checkpoint keeps the engine it started with."""
+
+    PYTHON = "python"
+    JVM = "jvm"
+
+
 class S3Settings(BaseModel):
     """The ``[s3]`` table (``RECON_S3_*``): the endpoint and credentials of s3a:// outputs; unset,
     the default AWS credential chain."""
@@ -106,6 +115,10 @@ class Settings(BaseModel):
         OnDrift.RECORD, "a snapshot that differs from the table rebuilt from the updates: record a "
         "SNAPSHOT_DRIFT row in violations, fail the query (exit 3), or ignore it (no audit)",
         commands=_STREAM)
+    engine: StatefulEngine = setting(
+        StatefulEngine.PYTHON, "the stateful step: python (the core, in applyInPandasWithState; no jar "
+        "needed) or jvm (its port in flatMapGroupsWithState, several times faster; needs the engine jar). "
+        "A checkpoint keeps the engine it started with", commands=_STREAM)
     compact_every: Duration | None = setting(
         Duration("1 hour"), "in-stream compaction interval ('off' to disable)", metavar="DURATION",
         commands=(RUN, CONFIG))

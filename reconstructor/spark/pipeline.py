@@ -17,7 +17,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.settings import Settings
-from reconstructor.core.chain import ChainKey
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
 from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest
 from reconstructor.contract.row_schema import RowSchema
@@ -29,7 +28,7 @@ from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.source import kafka_stream
-from reconstructor.spark.stateful import reconstruct
+from reconstructor.spark.engines import claim_engine, reconstruct_with
 
 
 def _ms(duration: dt.timedelta) -> int:
@@ -207,7 +206,9 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
                                                  cfg.kafka),
                        loss_registry=registry, lease_check=lease_check)
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
-    sinks.check_writer(checkpoint_state(spark, cfg.checkpoint))
+    checkpoint = checkpoint_state(spark, cfg.checkpoint)
+    sinks.check_writer(checkpoint)
+    claim_engine(spark, checkpoint, cfg.engine)
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
     evolve_tables(spark, cfg.output, schema)
     sinks.start_creating_tables()
@@ -239,14 +240,14 @@ def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, regist
         kafka_options=dict(cfg.kafka),
         assign_offsets=replay,  # a replay reads exactly the partitions its plan names
     )
-    return reconstruct(parse_records(raw, schema, keep_values=policy.quarantine), schema,
-                       session_timeout_ms=_ms(cfg.session_timeout),
-                       await_snapshot=cfg.await_snapshot,
-                       state_retention_ms=_ms(cfg.state_retention),
-                       policy=policy,
-                       losses=registry.by_partition() if registry is not None else None,
-                       chain_key=ChainKey(cfg.chain_key),
-                       chain_seeds=chain_seeds(spark, cfg.output, cfg.topic_pattern) if replay else None)
+    return reconstruct_with(cfg.engine, parse_records(raw, schema, keep_values=policy.quarantine), schema,
+                            session_timeout_ms=_ms(cfg.session_timeout),
+                            await_snapshot=cfg.await_snapshot,
+                            state_retention_ms=_ms(cfg.state_retention),
+                            policy=policy,
+                            losses=registry.by_partition() if registry is not None else None,
+                            chain_key=cfg.chain_key,
+                            chain_seeds=chain_seeds(spark, cfg.output, cfg.topic_pattern) if replay else None)
 
 
 def _writer(out: DataFrame, sinks: DeltaSinks, cfg: Settings, query_name: str | None):

@@ -1,0 +1,39 @@
+package reconstructor.jvm;
+
+import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.GroupStateTimeout;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * The JVM engine's entry point: the parsed records grouped by {@code (topic, group_session)} and
+ * rebuilt by {@link StateFunction} in Spark's {@code flatMapGroupsWithState}, with the same output
+ * records as the Python engine's {@code applyInPandasWithState} step, so the sinks take either.
+ */
+public final class Engine {
+  /** The engine's version, which the driver checks against the one it was released with. */
+  public static final String VERSION = "1";
+
+  private Engine() {}
+
+  /** {@code records}: the parse stage's columns; {@code settingsJson}: see {@link EngineSettings}. */
+  public static Dataset<Row> reconstruct(Dataset<Row> records, String settingsJson) {
+    EngineSettings cfg = new EngineSettings(settingsJson);
+    StructType stateSchema = StructType.fromDDL(cfg.stateDdl);
+    StructType recordsSchema = StructType.fromDDL(cfg.recordsDdl);
+    StructType keySchema = StructType.fromDDL("topic STRING, group_session STRING");
+    boolean instants = Boolean.parseBoolean(
+        records.sparkSession().conf().get("spark.sql.datetime.java8API.enabled", "false"));
+    Layout in = new Layout(records.schema(), cfg.names, cfg.types, instants);
+    int topic = in.topic, session = in.groupSession;
+    MapFunction<Row, Row> key = r -> RowFactory.create(r.getString(topic), r.isNullAt(session) ? null : r.getString(session));
+    return records.groupByKey(key, Encoders.row(keySchema))
+        .flatMapGroupsWithState(new StateFunction(cfg, in, stateSchema, recordsSchema), OutputMode.Append(),
+                                Encoders.row(stateSchema), Encoders.row(recordsSchema),
+                                GroupStateTimeout.ProcessingTimeTimeout());
+  }
+}

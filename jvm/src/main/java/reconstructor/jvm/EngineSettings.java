@@ -1,0 +1,105 @@
+package reconstructor.jvm;
+
+import java.io.IOException;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+/**
+ * What the Python driver hands the JVM engine for one query, as JSON
+ * ({@code reconstructor.spark.jvm_engine}): the row schema, the timeouts, the integrity policy,
+ * the data losses the checkpoint recorded, the chain key and a replay's chain seeds.
+ */
+final class EngineSettings implements Serializable {
+  /** A loss of offsets {@code first..} of a partition, and its detail. */
+  static final class Loss implements Serializable {
+    final long first;
+    final String detail;
+
+    Loss(long first, String detail) {
+      this.first = first;
+      this.detail = detail;
+    }
+  }
+
+  final String schemaName;
+  final String[] names;
+  final String[] types;
+  final long timeoutMs;
+  final long retentionMs;
+  final boolean awaitSnapshot;
+  final boolean quarantine;
+  final String onDrift;
+  /** By "topic\0partition", sorted by first offset lost. */
+  final Map<String, List<Loss>> losses = new HashMap<>();
+  final String chainKey;
+  /** By "topic\0session\0seq": the digest a replay's snapshot links to. */
+  final Map<String, String> chainSeeds = new HashMap<>();
+  final String stateDdl;
+  final String recordsDdl;
+
+  EngineSettings(String json) {
+    JsonNode root;
+    try {
+      root = new ObjectMapper().readTree(json);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    schemaName = root.get("schema_name").asText();
+    JsonNode columns = root.get("columns");
+    names = new String[columns.size()];
+    types = new String[columns.size()];
+    for (int i = 0; i < columns.size(); i++) {
+      names[i] = columns.get(i).get(0).asText();
+      types[i] = columns.get(i).get(1).asText();
+    }
+    timeoutMs = root.get("session_timeout_ms").asLong();
+    retentionMs = root.get("state_retention_ms").asLong();
+    awaitSnapshot = root.get("await_snapshot").asBoolean();
+    quarantine = "quarantine".equals(root.get("on_violation").asText());
+    onDrift = root.get("on_drift").asText();
+    for (JsonNode loss : root.get("losses")) {
+      losses.computeIfAbsent(loss.get(0).asText() + "\u0000" + loss.get(1).asInt(), k -> new ArrayList<>())
+          .add(new Loss(loss.get(2).asLong(), loss.get(4).asText()));
+    }
+    for (List<Loss> partition : losses.values()) {
+      partition.sort((a, b) -> Long.compare(a.first, b.first));
+    }
+    chainKey = root.get("chain_key").isNull() ? null : root.get("chain_key").asText();
+    for (JsonNode seed : root.get("chain_seeds")) {
+      chainSeeds.put(seed.get(0).asText() + "\u0000" + seed.get(1).asText() + "\u0000" + seed.get(2).asLong(),
+                     seed.get(3).asText());
+    }
+    stateDdl = root.get("state_ddl").asText();
+    recordsDdl = root.get("records_ddl").asText();
+  }
+
+  boolean audits() {
+    return !"ignore".equals(onDrift);
+  }
+
+  boolean failOnDrift() {
+    return "fail".equals(onDrift);
+  }
+
+  /** The loss that sets this session aside (quarantine mode): the first one on its partition past
+   * its last applied record, while it could still receive records (open or timed out). */
+  Violation lossReaching(String topic, String session, SessionState s) {
+    if (losses.isEmpty() || s == null || !(s.is(SessionState.OPEN) || s.is(SessionState.TIMED_OUT)) || s.lastOffset == null) {
+      return null;
+    }
+    for (Loss loss : losses.getOrDefault(topic + "\u0000" + s.partition, List.of())) {
+      if (loss.first > s.lastOffset) {
+        return new Violation(Violation.DATA_LOSS, topic, s.partition, loss.first, session, Violation.after(s.lastSeq),
+                             null, loss.detail, null);
+      }
+    }
+    return null;
+  }
+}

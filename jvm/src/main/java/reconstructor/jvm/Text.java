@@ -1,0 +1,143 @@
+package reconstructor.jvm;
+
+import java.math.BigDecimal;
+import java.util.Comparator;
+import java.util.Locale;
+
+/**
+ * Text exactly as the Python engine writes it: a violation's detail quotes a row id the way
+ * Python's {@code repr} does, the change log's digests hash RFC 8785 JSON, and row ids sort by
+ * code point. Two engines that differ in one character here write different tables.
+ */
+final class Text {
+  private Text() {}
+
+  /** Strings in code point order (Python's and UTF-8's), not Java's UTF-16 order. */
+  static final Comparator<String> CODE_POINTS = Text::compareCodePoints;
+
+  static int compareCodePoints(String a, String b) {
+    int i = 0, j = 0;
+    while (i < a.length() && j < b.length()) {
+      int x = a.codePointAt(i), y = b.codePointAt(j);
+      if (x != y) {
+        return Integer.compare(x, y);
+      }
+      i += Character.charCount(x);
+      j += Character.charCount(y);
+    }
+    return Integer.compare(a.length() - i, b.length() - j);
+  }
+
+  /** Python's {@code repr(str)}: single quotes unless the text holds one and no double quote. */
+  static String pyRepr(String s) {
+    char quote = s.indexOf('\'') >= 0 && s.indexOf('"') < 0 ? '"' : '\'';
+    StringBuilder out = new StringBuilder(s.length() + 2).append(quote);
+    for (int i = 0; i < s.length(); ) {
+      int c = s.codePointAt(i);
+      i += Character.charCount(c);
+      if (c == quote || c == '\\') {
+        out.append('\\').appendCodePoint(c);
+      } else if (c == '\t') {
+        out.append("\\t");
+      } else if (c == '\n') {
+        out.append("\\n");
+      } else if (c == '\r') {
+        out.append("\\r");
+      } else if (c < 0x20 || c == 0x7f) {
+        out.append(String.format(Locale.ROOT, "\\x%02x", c));
+      } else if (c < 0x7f || isPrintable(c)) {
+        out.appendCodePoint(c);
+      } else if (c <= 0xff) {
+        out.append(String.format(Locale.ROOT, "\\x%02x", c));
+      } else if (c <= 0xffff) {
+        out.append(String.format(Locale.ROOT, "\\u%04x", c));
+      } else {
+        out.append(String.format(Locale.ROOT, "\\U%08x", c));
+      }
+    }
+    return out.append(quote).toString();
+  }
+
+  /** Python's {@code str.isprintable} for one character: not a control, format, surrogate,
+   * private-use, unassigned or separator character, the space excepted. */
+  private static boolean isPrintable(int c) {
+    if (c == ' ') {
+      return true;
+    }
+    switch (Character.getType(c)) {
+      case Character.CONTROL: case Character.FORMAT: case Character.SURROGATE: case Character.PRIVATE_USE:
+      case Character.UNASSIGNED: case Character.SPACE_SEPARATOR: case Character.LINE_SEPARATOR:
+      case Character.PARAGRAPH_SEPARATOR:
+        return false;
+      default:
+        return true;
+    }
+  }
+
+  /** A JSON string as Python's {@code json.encoder.encode_basestring} writes it (RFC 8785's
+   * escaping): quotes, backslashes and control characters escaped, every other letter as it is. */
+  static void jsonString(StringBuilder out, String s) {
+    out.append('"');
+    for (int i = 0; i < s.length(); i++) {
+      char c = s.charAt(i);
+      switch (c) {
+        case '"': out.append("\\\""); break;
+        case '\\': out.append("\\\\"); break;
+        case '\n': out.append("\\n"); break;
+        case '\r': out.append("\\r"); break;
+        case '\t': out.append("\\t"); break;
+        case '\b': out.append("\\b"); break;
+        case '\f': out.append("\\f"); break;
+        default:
+          if (c < 0x20) {
+            out.append(String.format(Locale.ROOT, "\\u%04x", (int) c));
+          } else {
+            out.append(c);
+          }
+      }
+    }
+    out.append('"');
+  }
+
+  static String jsonString(String s) {
+    StringBuilder out = new StringBuilder(s.length() + 2);
+    jsonString(out, s);
+    return out.toString();
+  }
+
+  /**
+   * A finite double as RFC 8785 writes it (ECMAScript's Number.prototype.toString): the shortest
+   * decimal that reads back as {@code x}, in plain or exponent form by its magnitude. Java 17's
+   * {@code Double.toString} is not always the shortest, so the digits are searched for.
+   */
+  static String jcsNumber(double x) {
+    if (x == 0) {
+      return "0";
+    }
+    String digits = null;
+    int exp = 0;
+    double abs = Math.abs(x);
+    for (int p = 1; p <= 17; p++) {
+      String sci = String.format(Locale.ROOT, "%." + (p - 1) + "e", abs);
+      if (Double.parseDouble(sci) == abs) {
+        BigDecimal d = new BigDecimal(sci).stripTrailingZeros();
+        digits = d.unscaledValue().toString();
+        exp = -d.scale();  // abs = digits * 10**exp
+        break;
+      }
+    }
+    int k = digits.length(), n = k + exp;  // abs = 0.d1..dk * 10**n
+    String text;
+    if (k <= n && n <= 21) {
+      text = digits + "0".repeat(n - k);
+    } else if (0 < n && n <= 21) {
+      text = digits.substring(0, n) + "." + digits.substring(n);
+    } else if (-6 < n && n <= 0) {
+      text = "0." + "0".repeat(-n) + digits;
+    } else {
+      int e = n - 1;
+      text = digits.charAt(0) + (k > 1 ? "." + digits.substring(1) : "") + "e" + (e >= 0 ? "+" : "-") + Math.abs(e);
+    }
+    return (x < 0 ? "-" : "") + text;
+  }
+}

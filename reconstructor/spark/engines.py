@@ -1,0 +1,52 @@
+"""The stateful step's two engines (``--engine python|jvm``): the one a query runs, and the
+checkpoint's record of the one it started with.
+
+The engines' operators and state encodings differ (``applyInPandasWithState`` with an Arrow blob,
+``flatMapGroupsWithState`` with the JVM's), so a checkpoint that has committed a batch continues
+only under the engine that wrote it.  A checkpoint written before the choice existed is the Python
+engine's.  The way over is a replay into the same output with a checkpoint of its own.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from reconstructor.contract.writer import CheckpointState
+from reconstructor.core.chain import ChainKey
+from reconstructor.errors import UsageError
+from reconstructor.settings import StatefulEngine
+from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
+from reconstructor.spark.jvm_engine import reconstruct_jvm
+from reconstructor.spark.stateful import reconstruct
+
+#: The checkpoint file (beside Spark's own) naming the engine the checkpoint was written by.
+ENGINE_FILE = "reconstructor/engine"
+
+
+def checkpoint_engine(spark: SparkSession, checkpoint: CheckpointState) -> StatefulEngine | None:
+    """The engine a checkpoint's committed state belongs to; None when it has committed no batch."""
+    if checkpoint.last_committed is None:
+        return None
+    text = read_checkpoint_file(spark, checkpoint.location, ENGINE_FILE)
+    return StatefulEngine(text.strip()) if text else StatefulEngine.PYTHON
+
+
+def claim_engine(spark: SparkSession, checkpoint: CheckpointState, engine: StatefulEngine) -> None:
+    """Refuse a checkpoint another engine wrote (exit 2, one line); else record ``engine`` in it."""
+    engine = StatefulEngine(engine)
+    written = checkpoint_engine(spark, checkpoint)
+    if written is not None and written != engine:
+        raise UsageError(
+            f"checkpoint {checkpoint.location} was written by the {written.value} engine and cannot continue "
+            f"under --engine {engine.value} (their state differs): run with --engine {written.value}, or replay "
+            f"into the same output with --engine {engine.value} and a new checkpoint")
+    if written is None:
+        write_checkpoint_file(spark, checkpoint.location, ENGINE_FILE, engine.value + "\n")
+
+
+def reconstruct_with(engine: StatefulEngine, records: DataFrame, schema, *, chain_key: str | None,
+                     **options) -> DataFrame:
+    """The stateful step's output records under ``engine`` (``stateful.reconstruct``'s options)."""
+    if StatefulEngine(engine) == StatefulEngine.JVM:
+        return reconstruct_jvm(records, schema, chain_key=chain_key, **options)
+    return reconstruct(records, schema, chain_key=ChainKey(chain_key), **options)
