@@ -28,7 +28,7 @@ help:
 	@echo "make bench-core        micro-benchmarks of the core and of the per-group path (no JVM)"
 	@echo "make up | down | status  the local Kafka broker (127.0.0.1:9092) and S3 endpoint (:9000)"
 	@echo "make smoke             the stack smoke pipeline (Kafka -> Spark -> Delta on S3A) alone"
-	@echo "make jars              resolve the JVM jars from Maven Central into .jars/"
+	@echo "make jars              resolve the JVM jars from Maven Central into .jars/ and build the JVM engine"
 	@echo "make wheel             build the wheel into dist/"
 
 $(VENV)/.installed: pyproject.toml
@@ -40,8 +40,21 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+ENGINE_JAR := .jars/spark/reconstructor-engine.jar
+ENGINE_SRC := jvm/pom.xml $(shell find jvm/src -name '*.java' 2>/dev/null)
+
 jars: venv
 	@$(STACK) jars
+	@$(MAKE) --no-print-directory $(ENGINE_JAR)
+
+# The JVM engine (--engine jvm), built against the Spark it runs in; Spark itself is not bundled.
+$(ENGINE_JAR): $(ENGINE_SRC)
+	@command -v mvn >/dev/null || { echo "error: Maven (mvn) is not installed: apt-get install maven"; exit 2; }
+	@mkdir -p .stack/logs
+	@echo "building the JVM engine into $(ENGINE_JAR) (log: .stack/logs/mvn-engine.log)"
+	@mvn -q -B -s infra/maven/settings.xml -f jvm/pom.xml -Djars.dir=$(abspath .jars) package > .stack/logs/mvn-engine.log 2>&1 \
+	  || { tail -30 .stack/logs/mvn-engine.log; echo "error: the JVM engine did not build (see .stack/logs/mvn-engine.log)"; exit 2; }
+	@touch $@
 
 up: jars
 	@$(STACK) up
