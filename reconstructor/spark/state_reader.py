@@ -1,7 +1,10 @@
 """Read one session's state from a streaming checkpoint with Spark's state data source.
 
 ``format("statestore")`` reads the RocksDB state of the last committed batch without running the
-query; the Arrow blob in it is decoded by the same core function the state function uses.
+query.  Either engine's: the Python engine's ``applyInPandasWithState`` keeps the state fields
+under ``value.groupState`` with the table as an Arrow blob (decoded by the same core function the
+state function uses), the JVM engine's ``flatMapGroupsWithState`` keeps them under ``value`` with
+its own blob (``core.jvm_blob``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from pyspark.sql import functions as F
 
 from reconstructor.contract.tables import SESSION_FIELDS, STATE_FIELDS
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core import jvm_blob
+from reconstructor.core.blob import read_table
 from reconstructor.spark.stateful import state_from_tuple
 
 
@@ -22,8 +27,10 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
     # once the SparkSession's StreamingQueryManager exists; touch it so a batch job can read state.
     spark.streams.active  # noqa: B018
     states = spark.read.format("statestore").load(checkpoint)
+    value = states.schema["value"].dataType
+    fields = "value.groupState" if "groupState" in value.fieldNames() else "value"
     rows = (states.where((F.col("key.topic") == topic) & (F.col("key.group_session") == session))
-            .select(*[F.col(f"value.groupState.{f.name}").alias(f.name) for f in STATE_FIELDS])
+            .select(*[F.col(f"{fields}.{f.name}").alias(f.name) for f in STATE_FIELDS])
             .collect())
     if not rows:
         return None
@@ -32,5 +39,6 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
     # its times aside.
     info = {"topic": topic, "session": session,
             **{f.column: stored[f.name] for f in SESSION_FIELDS if not f.is_time}}
-    state = state_from_tuple(tuple(rows[0]), schema)
+    blob = stored["table"]
+    state = state_from_tuple(tuple(rows[0]), schema, read=jvm_blob.read_table if jvm_blob.is_jvm_blob(blob) else read_table)
     return info, state.table.sort_index()

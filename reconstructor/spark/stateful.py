@@ -72,16 +72,16 @@ def state_to_tuple(state: SessionState, schema: RowSchema, head: str | None = No
 _AT = {f.name: i for i, f in enumerate(STATE_FIELDS)}
 
 
-def state_from_tuple(row, schema: RowSchema, with_table: bool = True) -> SessionState:
+def state_from_tuple(row, schema: RowSchema, with_table: bool = True, read=read_table) -> SessionState:
     """The core's state from Spark's tuple (``STATE_FIELDS``); an ended session past its timeout
-    has no table blob."""
+    has no table blob.  ``read`` decodes the blob (the JVM engine's is ``core.jvm_blob``'s)."""
     row = tuple(row)
     blob = row[_AT["table"]]
     values = {}
     for f in STATE_FIELDS:
         stored = row[_AT[f.name]]
         if f.name == "table":
-            values[f.attribute] = (read_table(bytes(blob), schema) if with_table and blob is not None
+            values[f.attribute] = (read(bytes(blob), schema) if with_table and blob is not None
                                    else schema.empty_frame())
         elif f.is_time:
             values[f.attribute] = _from_us(stored)

@@ -593,8 +593,8 @@ def mutate(draw, rec: Record, others: list[str]) -> str:
 
 
 @st.composite
-def fleet(draw) -> list[Record]:
-    """Sessions on two partitions, interleaved, with integrity faults and broken records."""
+def fleet(draw, hostile: bool = True) -> list[Record]:
+    """Sessions on two partitions, interleaved, with integrity faults and (``hostile``) broken records."""
     n = draw(st.integers(3, 7))
     sids = draw(st.lists(IDS, min_size=n, max_size=n, unique=True))
     queues = [draw(session(sid, i % 2)) for i, sid in enumerate(sids)]
@@ -620,7 +620,7 @@ def fleet(draw) -> list[Record]:
         records.append(q.pop(0))
     done = []
     for i, rec in enumerate(records):
-        if draw(st.integers(0, 3)) == 0:
+        if hostile and draw(st.integers(0, 3)) == 0:
             done.append(draw(mutate(rec, sids)))
         rec.offset = 100 + i  # increasing on each partition, and unique across both
         plan = rec.plan

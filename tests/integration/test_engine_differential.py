@@ -1,0 +1,245 @@
+"""The two engines are one: the JVM engine (``--engine jvm``) against the Python core, its
+specification, over the same hostile streams in real streaming queries.
+
+Hypothesis draws the fuzz suite's fleets (sessions on two partitions with lost, repeated, swapped
+and moved records, and broken records of every kind), cuts them into micro-batches at random
+points, restarts the query from its checkpoint between some of them, and picks a mode: fail or
+quarantine, a drift policy, awaiting snapshots, a chain key, a replay's chain seeds, and data
+losses the checkpoint recorded.  Each engine runs the parse stage and its stateful step over a file
+source with the Kafka source's columns (``maxFilesPerTrigger`` 1: one micro-batch per file), as the
+product's query does; a batch that holds a violation stops the query, as the sinks stop it.
+
+Both must emit the same records in every micro-batch (each change with its values bit for bit
+and its chain digests, each session record, each recorded or stopping violation with its
+coordinates, detail and raw value: what the sinks turn into ``row_changes``, ``current_rows``,
+``sessions`` and ``violations``, with code both engines share) and leave the same state in their
+checkpoints (each session's fields, table and chain head, read back with the state data source).
+
+The seed is fixed for ``make test`` (``RECON_FUZZ_SEED`` sets it, ``random`` draws one, as for the
+fuzz suite); ``RECON_FUZZ_EXAMPLES`` sets the number of examples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import tempfile
+import time
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, Phase, event, given, note, seed, settings
+from hypothesis import strategies as st
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
+
+from reconstructor.contract.tables import STATE_FIELDS
+from reconstructor.core import blob, jvm_blob
+from reconstructor.core.data_loss import DataLoss
+from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
+from reconstructor.settings import StatefulEngine
+from reconstructor.spark.engines import reconstruct_with
+from reconstructor.spark.parse import parse_records
+from tests.integration.test_fuzz import SCHEMA, SEED, TOPIC, fleet
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = int(os.environ.get("RECON_FUZZ_EXAMPLES") or 16)
+KAFKA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                   ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()), ("value", pa.binary())])
+POLICIES = [IntegrityPolicy(OnViolation.FAIL, OnDrift.RECORD), IntegrityPolicy(OnViolation.FAIL, OnDrift.FAIL),
+            IntegrityPolicy(OnViolation.QUARANTINE, OnDrift.RECORD),
+            IntegrityPolicy(OnViolation.QUARANTINE, OnDrift.FAIL),
+            IntegrityPolicy(OnViolation.QUARANTINE, OnDrift.IGNORE)]
+
+
+class Scenario:
+    """A stream, its micro-batches and the query's options (a plain class: Hypothesis prints an
+    example by its repr, and a dataclass's would print every record)."""
+
+    def __init__(self, batches: list[list], restarts: set[int], policy: IntegrityPolicy, await_snapshot: bool,
+                 chain_key: str | None, chain_seeds: dict, losses: dict):
+        self.batches = batches  # the records of each micro-batch, in arrival order
+        self.restarts = restarts  # the query starts again from its checkpoint before these batches
+        self.policy = policy
+        self.await_snapshot = await_snapshot
+        self.chain_key = chain_key
+        self.chain_seeds = chain_seeds
+        self.losses = losses
+
+    def __repr__(self) -> str:  # the records are in the example's notes; the whole repr is too long to print
+        return (f"Scenario({len(self.batches)} batches of {[len(b) for b in self.batches]} records, restarts "
+                f"{sorted(self.restarts)}, {self.policy}, await_snapshot={self.await_snapshot})")
+
+    def options(self) -> dict:
+        return dict(session_timeout_ms=3_600_000, state_retention_ms=7 * 86_400_000, policy=self.policy,
+                    await_snapshot=self.await_snapshot, chain_key=self.chain_key, chain_seeds=self.chain_seeds,
+                    losses=self.losses if self.policy.quarantine else None)
+
+
+@st.composite
+def scenarios(draw) -> Scenario:
+    hostile = draw(st.booleans())
+    event(f"{'hostile' if hostile else 'well-formed'} records")
+    records = draw(fleet(hostile=hostile))
+    n = len(records)
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=4))) if n > 1 else []
+    bounds = [0, *cuts, n]
+    batches = [records[a:b] for a, b in zip(bounds, bounds[1:])]
+    restarts = draw(st.sets(st.integers(1, len(batches) - 1), max_size=2)) if len(batches) > 1 else set()
+    snapshots = []
+    for r in records:
+        found = _json(r.value)
+        if isinstance(found, dict) and found.get("type") == "snapshot" and isinstance(found.get("seq"), int) and r.key:
+            snapshots.append((r.key.decode("utf-8", "replace"), found["seq"]))
+    seeds = {}
+    if snapshots and draw(st.booleans()):
+        session, seq = draw(st.sampled_from(snapshots))
+        seeds[(TOPIC, session, seq)] = "sha256:" + "ab" * 32
+    losses = {}
+    if draw(st.booleans()):
+        partition = draw(st.integers(0, 1))
+        first = draw(st.integers(100, 100 + n))
+        losses[(TOPIC, partition)] = [DataLoss(TOPIC, partition, first, first + 3,
+                                               f"offsets {first}..{first + 2} of {TOPIC}[{partition}] were lost")]
+    policy = draw(st.sampled_from(POLICIES))
+    event(f"on_violation={policy.on_violation.value}")
+    event(f"{len(batches)} micro-batches, {len(restarts)} restarts")
+    return Scenario(batches, restarts, policy, draw(st.booleans()),
+                    draw(st.sampled_from([None, "a key \u2713"])), seeds, losses)
+
+
+def _json(value: bytes):
+    try:
+        return json.loads(value.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def run_engine(spark, engine: StatefulEngine, sc: Scenario) -> tuple[dict, dict]:
+    """The scenario through ``engine``: its output records per micro-batch (normalised), and the
+    state its checkpoint holds at the end."""
+    root = tempfile.mkdtemp(prefix=f"recon-diff-{engine.value}-")
+    inputs, checkpoint = f"{root}/in", f"{root}/chk"
+    os.makedirs(inputs)
+    got: dict[int, list] = {}
+    stamp = time.time() - 3600
+    segments = [[]]
+    for i, batch in enumerate(sc.batches):
+        if i in sc.restarts:
+            segments.append([])
+        segments[-1].append(batch)
+    written = 0
+    for segment in segments:
+        for batch in segment:
+            path = f"{inputs}/{written:04d}.parquet"
+            pq.write_table(pa.Table.from_pylist(
+                [{"topic": TOPIC, "partition": r.partition, "offset": r.offset, "timestamp": r.kafka_ts,
+                  "key": r.key, "value": r.value} for r in batch], schema=KAFKA), path)
+            os.utime(path, (stamp + written, stamp + written))  # the file source reads the oldest first
+            written += 1
+        if not _run_segment(spark, engine, sc, inputs, checkpoint, got):
+            break  # a violation stopped the query: nothing after it runs
+    return got, _state(spark, checkpoint)
+
+
+def _run_segment(spark, engine, sc: Scenario, inputs: str, checkpoint: str, got: dict) -> bool:
+    source = spark.readStream.schema(KAFKA_DDL).option("maxFilesPerTrigger", 1).parquet(inputs)
+    out = reconstruct_with(engine, parse_records(source, SCHEMA, keep_values=sc.policy.quarantine), SCHEMA,
+                           **sc.options())
+    out = out.select([F.unix_micros(c).alias(c) if t == "timestamp" else F.col(c) for c, t in out.dtypes])
+
+    def collect(df, batch_id):
+        rows = df.collect()
+        got[batch_id] = sorted(_normal(r) for r in rows)
+        if any(r.record == "violation" for r in rows):
+            raise RuntimeError("violation")  # as the sinks fail the micro-batch
+
+    key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    previous = spark.conf.get(key, "true")
+    spark.conf.set(key, "false")
+    try:
+        query = (out.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint)
+                 .queryName(f"diff_{uuid.uuid4().hex[:8]}").trigger(availableNow=True).start())
+    finally:
+        spark.conf.set(key, previous)
+    try:
+        query.awaitTermination()
+    except StreamingQueryException:
+        return False
+    return True
+
+
+KAFKA_DDL = "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY"
+
+
+def _normal(row) -> tuple:
+    """A record as comparable values: ``info`` as the JSON it holds, doubles by their bits."""
+    out = []
+    for name, value in row.asDict().items():
+        if name == "info" and value is not None:
+            value = json.dumps(json.loads(value), sort_keys=True)
+        elif isinstance(value, float):
+            value = "nan" if math.isnan(value) else struct.pack("<d", value).hex()
+        out.append((name, value))
+    return tuple((n, "" if v is None else v, v is None) for n, v in out)
+
+
+def _state(spark, checkpoint: str) -> dict:
+    """Each session's state in the checkpoint: its fields, its table's rows and its chain head."""
+    spark.streams.active  # noqa: B018 - see reconstructor.spark.state_reader
+    commits = f"{checkpoint}/commits"
+    if not os.path.isdir(commits) or not [n for n in os.listdir(commits) if n.isdigit()]:
+        return {}  # no batch committed: no state
+    states = spark.read.format("statestore").load(checkpoint)
+    value = states.schema["value"].dataType
+    fields = "value.groupState" if "groupState" in value.fieldNames() else "value"
+    rows = states.select("key.topic", "key.group_session",
+                         *[F.col(f"{fields}.{f.name}").alias(f.name) for f in STATE_FIELDS]).collect()
+    out = {}
+    for r in rows:
+        data = r.asDict()
+        stored = data.pop("table")
+        table, head = None, None
+        if stored is not None:
+            if jvm_blob.is_jvm_blob(stored):
+                arrow, head = jvm_blob.read_table(stored, SCHEMA), jvm_blob.chain_head(stored)
+            else:
+                arrow, head = blob.read_table(bytes(stored), SCHEMA), blob.chain_head(bytes(stored))
+            table = sorted(tuple(_normal_value(v) for v in row.values()) for row in arrow.to_pylist())
+        out[(data.pop("topic"), data.pop("group_session"))] = (data, table, head)
+    return out
+
+
+def _normal_value(v):
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else struct.pack("<d", v).hex()
+    return "" if v is None else str(v)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, print_blob=True, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large, HealthCheck.large_base_example])
+@seed(SEED)
+@given(sc=scenarios())
+def test_the_jvm_engine_emits_the_python_engines_records_and_state(spark, sc):
+    note(f"batches: {[[(r.partition, r.offset, r.key[:40] if r.key else r.key, r.value[:80]) for r in b] for b in sc.batches]}"[:20_000])
+    note(f"restarts {sorted(sc.restarts)}, {sc.policy}, await {sc.await_snapshot}, key {sc.chain_key!r}, "
+         f"seeds {sc.chain_seeds}, losses {sc.losses}")
+    want_records, want_state = run_engine(spark, StatefulEngine.PYTHON, sc)
+    got_records, got_state = run_engine(spark, StatefulEngine.JVM, sc)
+    assert sorted(got_records) == sorted(want_records), "the engines stopped at different micro-batches"
+    for batch in sorted(want_records):
+        got, want = got_records[batch], want_records[batch]
+        assert got == want, (f"micro-batch {batch}", [r for r in got if r not in want][:3],
+                             [r for r in want if r not in got][:3])
+    kinds = {r[0][1] for rows in want_records.values() for r in rows}  # each record's first column: its kind
+    event(f"records: {', '.join(sorted(kinds))}")
+    assert got_state.keys() == want_state.keys()
+    for key in want_state:
+        assert got_state[key] == want_state[key], key
+    assert want_records, "the scenario ran no micro-batch"
