@@ -3,8 +3,8 @@
 Nothing here imports the working tree: the wheel is built, installed with its dependencies into a
 new virtualenv, and every command runs from a folder outside the repository, so a file missing from
 the wheel (the row schema, a module) fails here as it would on a cluster. The EMR path is the real
-one: ``spark-submit --py-files <wheel> jobs/emr_step.py run ...`` writing to s3a:// on the local
-S3 endpoint.
+one: ``spark-submit --py-files <wheel> --jars <engine jar> jobs/emr_step.py run --engine jvm ...``
+writing to s3a:// on the local S3 endpoint, the JVM engine loaded from the jar it ships.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ import pytest
 from workbench import localstack
 from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.spark.checkpoint import read_checkpoint_file
+from reconstructor.spark.engines import ENGINE_FILE
+from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.cli import produce
 from tests.support.pipeline import current_tables, expected_all, replayed_tables
 
@@ -116,20 +119,31 @@ def test_the_emr_step_runs_under_spark_submit_into_s3(wheel_env, stack, spark, r
     produced = produce("--bootstrap-servers", bootstrap, "--topic-prefix", prefix, "--sensors", "2",
                        "--sessions", "1", "--rows", "20", "--updates", "30")
     assert produced.returncode == 0, produced.stderr
-    jars = f"{localstack.jars_dir() / 'spark'}/*"
+    # The jars EMR would provide (Delta, the Kafka source, S3A) on the classpath, and not the engine
+    # jar: that one the step ships with --jars, as infra/emr/steps.json does, built by `make jars`.
+    engine_jar = REPO / ".jars" / "spark" / ENGINE_JAR
+    assert engine_jar.is_file(), f"{engine_jar} is missing: run 'make jars'"
+    jars = os.pathsep.join(str(j) for j in sorted((localstack.jars_dir() / "spark").glob("*.jar"))
+                           if j.name != ENGINE_JAR)
     out = f"s3a://{localstack.S3_BUCKET}/emr-{run_id}/tables"
+    checkpoint = f"s3a://{localstack.S3_BUCKET}/emr-{run_id}/checkpoint"
     s3_env = {"RECON_S3_ENDPOINT": localstack.s3_endpoint(), "RECON_S3_REGION": localstack.S3_REGION,
               "RECON_S3_ACCESS_KEY": localstack.S3_ACCESS_KEY, "RECON_S3_SECRET_KEY": localstack.S3_SECRET_KEY,
-              "RECON_S3_PATH_STYLE": "true"}
-    # The arguments of infra/emr/steps.json, with a local master and the jars EMR would provide.
+              "RECON_S3_PATH_STYLE": "true",
+              # No jars folder, as on EMR: the session adds nothing to the classpath itself.
+              "RECON_JARS_DIR": str(tmp_path / "no-jars")}
+    # The arguments of infra/emr/steps.json, with a local master.
     submitted = _call(
         bin_dir, tmp_path, str(bin_dir / "spark-submit"), "--master", "local[2]",
         "--driver-class-path", jars, "--conf", f"spark.executor.extraClassPath={jars}",
-        "--conf", "spark.ui.enabled=false", "--py-files", str(wheel), str(REPO / "jobs" / "emr_step.py"),
+        "--conf", "spark.ui.enabled=false", "--py-files", str(wheel), "--jars", str(engine_jar),
+        str(REPO / "jobs" / "emr_step.py"),
         "run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{prefix}[0-9]+", "--output", out,
-        "--checkpoint", f"s3a://{localstack.S3_BUCKET}/emr-{run_id}/checkpoint", "--trigger", "available-now",
-        "--compact-every", "off", extra_env=s3_env)
+        "--checkpoint", checkpoint, "--trigger", "available-now", "--compact-every", "off", "--engine", "jvm",
+        extra_env=s3_env)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
+    # The JVM engine wrote the checkpoint's state (a missing jar is exit 2, never the Python engine).
+    assert read_checkpoint_file(spark, checkpoint, ENGINE_FILE).strip() == "jvm"
 
     # The same fleet `produce` planned (seed 7 is its default): every table exact.
     messages = list(plan_fleet(FleetSpec(topic_prefix=prefix, sensors=2, sessions_per_sensor=1, rows=20,

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from reconstructor.cli.parser import build_parser
+from reconstructor.spark.jvm_engine import ENGINE_JAR
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +40,48 @@ def test_databricks_bundle_tasks_use_the_wheel_entry_point_with_valid_arguments(
     # The stream's metrics go to a file the driver writes on DBFS.
     log = stream_args[stream_args.index("--metrics-log") + 1]
     assert bundle["variables"][log.removeprefix("${var.").removesuffix("}")]["default"].startswith("/dbfs/")
+
+
+def _engine(args: list[str]) -> str:
+    parsed = build_parser().parse_args(args)
+    return str(getattr(parsed.engine, "value", parsed.engine))
+
+
+def _submitted_jars(submit_args: list[str]) -> list[str]:
+    """The jars a spark-submit command line ships with ``--jars`` (comma-separated)."""
+    assert submit_args.count("--jars") == 1  # a second --jars would replace the first
+    return submit_args[submit_args.index("--jars") + 1].split(",")
+
+
+def test_the_databricks_stream_ships_the_engine_jar_and_runs_the_jvm_engine():
+    bundle = yaml.safe_load((ROOT / "infra/databricks/databricks.yml").read_text())
+    jobs = bundle["resources"]["jobs"]
+    (task,) = jobs["reconstructor_stream"]["tasks"]
+    jars = [lib["jar"] for lib in task["libraries"] if "jar" in lib]
+    assert len(jars) == 1
+    assert Path(jars[0]).name == ENGINE_JAR
+    # Relative to the bundle's folder, the jar `make jars` builds in the checkout.
+    assert (ROOT / "infra/databricks" / jars[0]).resolve() == ROOT / ".jars" / "spark" / ENGINE_JAR
+    assert _engine(task["python_wheel_task"]["parameters"]) == "jvm"
+    # The compaction job runs no stateful step: no engine jar, no --engine.
+    for task in jobs["reconstructor_compact"]["tasks"]:
+        assert not [lib for lib in task["libraries"] if "jar" in lib]
+        assert "--engine" not in task["python_wheel_task"]["parameters"]
+
+
+def test_the_emr_run_step_ships_the_engine_jar_and_runs_the_jvm_engine():
+    steps = json.loads((ROOT / "infra/emr/steps.json").read_text())
+    (run,) = [s["HadoopJarStep"]["Args"] for s in steps if "run" in s["HadoopJarStep"]["Args"]]
+    script = next(a for a in run if a.endswith(".py"))
+    submit, cli = run[:run.index(script)], run[run.index(script) + 1:]
+    assert ENGINE_JAR in [Path(j).name for j in _submitted_jars(submit)]
+    assert _engine(cli) == "jvm"
+
+
+def test_the_emr_serverless_job_ships_the_engine_jar_and_runs_the_jvm_engine():
+    driver = json.loads((ROOT / "infra/emr/serverless-job-run.json").read_text())["jobDriver"]["sparkSubmit"]
+    assert ENGINE_JAR in [Path(j).name for j in _submitted_jars(shlex.split(driver["sparkSubmitParameters"]))]
+    assert _engine(driver["entryPointArguments"]) == "jvm"
 
 
 def test_the_emr_run_step_serves_its_metrics_on_a_port():
