@@ -30,13 +30,14 @@ def statuses(spark, out) -> dict:
     return {r.session: (r.status, r.last_seq) for r in read_table(spark, out, "sessions").collect()}
 
 
-def test_a_silent_session_resumes_exactly_and_an_ended_one_resent_is_after_end(spark, stack, run_id, tmp_path):
+@pytest.mark.parametrize("engine", ["python", "jvm"])
+def test_a_silent_session_resumes_exactly_and_an_ended_one_resent_is_after_end(spark, stack, run_id, tmp_path, engine):
     bootstrap, topic = stack.bootstrap_servers(), f"tmo{run_id}-sensor-0"
     create_topics(bootstrap, {topic: 1})
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
 
     def again():
-        run(spark, topic, out, chk, session_timeout=TIMEOUT)
+        run(spark, topic, out, chk, session_timeout=TIMEOUT, engine=engine)
 
     send(bootstrap, topic, "quiet", [two_rows(0), update(1, "a1")])
     send(bootstrap, topic, "done", [snapshot(0), {"seq": 1, "type": "end"}])

@@ -1,0 +1,72 @@
+"""The two engines as an operator meets them, on the real stack: a checkpoint keeps the engine it
+started with, a replay into the same output is the way over, ``state`` reads either engine's
+checkpoint, and an engine jar of another version is refused before Kafka is read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.spark import jvm_engine
+from tests.support.cli import cli_in_process as cli
+from tests.support.cli import refusal_line
+from tests.support.pipeline import assert_exact, current_tables, produce
+from workbench.fleet import FleetSpec, plan_fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
+NAMES = RowSchema.load().names
+
+
+def test_a_checkpoint_keeps_its_engine_and_a_replay_moves_the_output_to_the_other(stack, spark, run_id, tmp_path):
+    spec = FleetSpec(topic_prefix=f"eng{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=20, updates=60,
+                     seed=3, end_sessions=False)
+    messages = list(plan_fleet(spec))
+    half = len(messages) // 2
+    bootstrap, pattern = stack.bootstrap_servers(), f"eng{run_id}-sensor-[0-9]+"
+    out, chk, jvm_chk = str(tmp_path / "out"), str(tmp_path / "chk"), str(tmp_path / "chk-jvm")
+    common = ("--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out)
+
+    produce(spec, messages[:half], 2)
+    ran = cli("run", *common, "--checkpoint", chk, "--compact-every", "off")  # the default engine: python
+    assert ran.returncode == 0, ran.stderr[-3000:]
+
+    # The python engine's checkpoint refuses the jvm engine, before anything is read or written.
+    line = refusal_line(cli("run", *common, "--checkpoint", chk, "--engine", "jvm", "--compact-every", "off"))
+    assert f"checkpoint {chk} was written by the python engine" in line
+    assert "--engine python" in line and "replay" in line
+
+    # The way over: a replay into the same output under the jvm engine, on a checkpoint of its own,
+    # which then runs on as the writer.
+    replayed = cli("replay", *common, "--checkpoint", jvm_chk, "--engine", "jvm", "--from", "earliest")
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    produce(spec, messages[half:], 2, create=False)
+    ran = cli("run", *common, "--checkpoint", jvm_chk, "--engine", "jvm", "--compact-every", "off")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert_exact(spark, out, messages, NAMES)
+    assert cli("verify", "--output", out).returncode == 0
+
+    # And the jvm engine's checkpoint refuses the python engine the same way.
+    line = refusal_line(cli("run", *common, "--checkpoint", jvm_chk, "--compact-every", "off"))
+    assert f"checkpoint {jvm_chk} was written by the jvm engine" in line
+
+    # `state` reads the jvm engine's checkpoint: the session's rows are those of current_rows.
+    topic, session = spec.topics()[0], messages[0].session
+    shown = cli("state", "--checkpoint", jvm_chk, "--topic", topic, "--session", session, "--format", "json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    state = json.loads(shown.stdout)
+    assert state["session"]["status"] == "open"
+    live = current_tables(spark, out, NAMES)[(topic, session)]
+    plain = [c for c in NAMES if c != "calibrated_at"]  # a time prints as text
+    assert {r["row_id"]: {c: r[c] for c in plain} for r in state["rows"]} == {
+        rid: {c: values[c] for c in plain} for rid, values in live.items()}
+
+
+def test_an_engine_jar_of_another_version_is_refused_naming_the_rebuild(stack, run_id, tmp_path, monkeypatch):
+    monkeypatch.setattr(jvm_engine, "ENGINE_VERSION", "0")
+    ran = cli("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"ver{run_id}-.*",
+              "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "chk"), "--engine", "jvm",
+              "--compact-every", "off")
+    line = refusal_line(ran)
+    assert "reconstructor-engine.jar on the classpath is version 1" in line and "make jars" in line
