@@ -31,8 +31,8 @@ def checkpoint_engine(spark: SparkSession, checkpoint: CheckpointState) -> State
     return StatefulEngine(text.strip()) if text else StatefulEngine.PYTHON
 
 
-def claim_engine(spark: SparkSession, checkpoint: CheckpointState, engine: StatefulEngine) -> None:
-    """Refuse a checkpoint another engine wrote (exit 2, one line); else record ``engine`` in it."""
+def refuse_other_engine(spark: SparkSession, checkpoint: CheckpointState, engine: StatefulEngine) -> None:
+    """Refuse a checkpoint another engine wrote (exit 2, one line naming the way over)."""
     engine = StatefulEngine(engine)
     written = checkpoint_engine(spark, checkpoint)
     if written is not None and written != engine:
@@ -40,8 +40,12 @@ def claim_engine(spark: SparkSession, checkpoint: CheckpointState, engine: State
             f"checkpoint {checkpoint.location} was written by the {written.value} engine and cannot continue "
             f"under --engine {engine.value} (their state differs): run with --engine {written.value}, or replay "
             f"into the same output with --engine {engine.value} and a new checkpoint")
-    if written is None:
-        write_checkpoint_file(spark, checkpoint.location, ENGINE_FILE, engine.value + "\n")
+
+
+def record_engine(spark: SparkSession, checkpoint: CheckpointState, engine: StatefulEngine) -> None:
+    """Record ``engine`` in a checkpoint that has committed no batch yet (one that has keeps its own)."""
+    if checkpoint_engine(spark, checkpoint) is None:
+        write_checkpoint_file(spark, checkpoint.location, ENGINE_FILE, StatefulEngine(engine).value + "\n")
 
 
 def reconstruct_with(engine: StatefulEngine, records: DataFrame, schema, *, chain_key: str | None,

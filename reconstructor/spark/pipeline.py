@@ -28,7 +28,7 @@ from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.source import kafka_stream
-from reconstructor.spark.engines import claim_engine, reconstruct_with
+from reconstructor.spark.engines import reconstruct_with, record_engine, refuse_other_engine
 
 
 def _ms(duration: dt.timedelta) -> int:
@@ -208,11 +208,12 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
     checkpoint = checkpoint_state(spark, cfg.checkpoint)
     sinks.check_writer(checkpoint)
+    refuse_other_engine(spark, checkpoint, cfg.engine)
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
     evolve_tables(spark, cfg.output, schema)
     sinks.start_creating_tables()
     out = _reconstructed(spark, cfg, schema, registry, replay)
-    claim_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
+    record_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
     writer = _writer(out, sinks, cfg, query_name)
     background = _compactor(spark, cfg, vacuum_in_stream)
     query = _start(spark, writer, cfg)
