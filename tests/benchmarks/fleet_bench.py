@@ -4,7 +4,9 @@ For each fleet size N (``--sessions``, default 250,500,1000,2000) and each engin
 fresh topics (4 sensors x 2 partitions): every session publishes a 50-row snapshot, the engine
 starts as its own process and reads them, then every session publishes one 3-row update a second
 for ``--minutes`` while the engine consumes continuously under a ``--trigger`` interval:
-  1. ``reconstructor``: the real command line, ``reconstructor run --trigger '30 seconds'``;
+  1. ``python`` and ``jvm``: the reconstructor's real command line, ``reconstructor run --trigger
+     '30 seconds' --engine python|jvm``, one run per engine of the stateful step (``reconstructor``
+     is accepted for ``python``);
   2. ``limit``: the same Kafka source and parse appended to one Delta table, no state (Spark's
      ceiling here), with the same processing-time trigger;
   3. ``peer``: the single-process peer (``tests.benchmarks.peer``) applying records as they come and
@@ -59,7 +61,10 @@ from workbench.producer import encode, librdkafka_logging  # noqa: E402
 from tests.benchmarks.fleet_figures import (Commit, Verdict, keeps_up, lag_series, latencies,  # noqa: E402
                                             measured_batches, percentile)
 
-ENGINES = ("reconstructor", "limit", "peer")
+#: The reconstructor under each engine of its stateful step (``--engine``), then the limit and the peer.
+RECONSTRUCTORS = ("python", "jvm")
+ENGINES = (*RECONSTRUCTORS, "limit", "peer")
+ALIASES = {"reconstructor": "python"}  # the name of the reconstructor's row before it had two engines
 SENSORS = 4
 PARTITIONS = 2
 SNAPSHOT_ROWS = 50
@@ -258,8 +263,9 @@ class Engine:
         self.peer_log, self.metrics_log = root / "peer.jsonl", root / "metrics.jsonl"
         common = ["--bootstrap-servers", bootstrap, "--topic-pattern", pattern,
                   "--output", str(self.output), "--checkpoint", str(self.checkpoint), "--trigger", trigger]
-        if name == "reconstructor":
-            cmd = [sys.executable, "-m", "reconstructor", "run", *common, "--metrics-log", str(self.metrics_log)]
+        if name in RECONSTRUCTORS:
+            cmd = [sys.executable, "-m", "reconstructor", "run", *common, "--engine", name,
+                   "--metrics-log", str(self.metrics_log)]
         elif name == "limit":
             cmd = [sys.executable, "-m", "tests.benchmarks.fleet_bench", "limit-run", *common]
         else:
@@ -460,7 +466,7 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
         "batch_unfinished": {"batch": running[0], "started": running[1] - t0, "seconds_so_far": stopped - running[1]}
         if running else None,
     }
-    if engine_name == "reconstructor":
+    if engine_name in RECONSTRUCTORS:
         out["metrics_log_batch_seconds"] = engine.spark_batch_seconds()
     b, lt = out["batch_seconds"], out["latency_seconds"]
     print(f"{label}: {'keeps up' if verdict.keeps_up else 'FALLS BEHIND'} ({verdict_reason}); batch p50 "
@@ -513,7 +519,7 @@ def _sizes(text: str) -> list[int]:
 
 
 def _engines(text: str) -> list[str]:
-    names = [x.strip() for x in text.split(",")]
+    names = list(dict.fromkeys(ALIASES.get(x.strip(), x.strip()) for x in text.split(",")))
     unknown = [n for n in names if n not in ENGINES]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown engine {unknown[0]!r}; choose from {', '.join(ENGINES)}")
@@ -548,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sessions", type=_sizes, default=[250, 500, 1000, 2000],
                    help="fleet sizes to step through, multiples of 4 (default 250,500,1000,2000)")
-    p.add_argument("--engines", type=_engines, default=list(ENGINES), help="default reconstructor,limit,peer")
+    p.add_argument("--engines", type=_engines, default=list(ENGINES),
+                   help=f"default {','.join(ENGINES)} (python and jvm: the reconstructor under that engine)")
     p.add_argument("--minutes", type=float, default=3.0, help="how long each fleet publishes updates (default 3)")
     p.add_argument("--trigger", type=_trigger, default="30 seconds", help="the engines' interval (default '30 seconds')")
     p.add_argument("--warmup", type=float, default=None,

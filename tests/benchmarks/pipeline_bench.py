@@ -1,20 +1,31 @@
 """End-to-end benchmarks on the local stack: ``make bench`` (or ``python -m tests.benchmarks.pipeline_bench``).
 
+The stateful step has two engines (``--engines``, default ``python,jvm``: the Python core in
+``applyInPandasWithState``, its Java port in ``flatMapGroupsWithState``); each benchmark runs the
+reconstructor under each of them.
 ``throughput`` loads the broker with a reproducible fleet and measures, on the same topics:
-  1. the reconstructor, Kafka to the three Delta tables (``run --trigger available-now``);
+  1. the reconstructor, Kafka to the three Delta tables (``run --trigger available-now``), once per
+     engine (``--on-violation quarantine``: in quarantine mode; ``fail,quarantine``: in each, which
+     measures what quarantine mode costs);
   2. the limit of the engine: the same Kafka source and parse, appended to Delta with no state;
   3. the single-process peer (``tests.benchmarks.peer``): confluent-kafka, dicts, delta-rs.
+Each engine's ratio to the limit (and to the peer) is the limit's time over the engine's (its
+updates/s over the limit's): 1 is the limit's speed, below 1 slower.
 ``scaling`` keeps a fixed update workload on 20 hot sessions while the state grows to 1k, 10k and
-100k idle sessions (each with a real 5-row table) and reports each batch's duration and the bytes
-its checkpoint wrote.
+100k idle sessions (each with a real 5-row table) and reports, per engine, each batch's duration
+and the bytes its checkpoint wrote.
 ``floor`` puts the stateful step and the Delta writes of a live-fleet batch (1,000 sessions with
-2 update messages each, by default) next to the engine's floor, in one run on the same batches:
+``--floor-updates`` update messages each, 2 by default) next to the engine's floor, in one run on
+the same batches:
   1. a projection of the parsed records to Spark's ``noop`` sink (no state);
-  2. a trivial ``applyInPandasWithState`` function (count a group's rows into a long) to ``noop``:
+  2. a stateful operator with no Python (Spark's streaming aggregation) to ``noop``;
+  3. the JVM engine's stateful step (``jvm-engine``) to ``noop``: its target is 1.5x the aggregation;
+  4. a trivial ``applyInPandasWithState`` function (count a group's rows into a long) to ``noop``:
      what the engine costs per group, whatever the function does;
-  3. the reconstructor's stateful step to ``noop``;
-  4. the whole reconstructor (``pipeline.start``), with each batch's phases from its sinks;
-  5. a bare MERGE (offset-guarded update, insert otherwise) and a bare append of the same batch's
+  5. the Python engine's stateful step (``stateful``) to ``noop``;
+  6. the whole reconstructor (``pipeline.start``) under each engine (``reconstructor``,
+     ``reconstructor-jvm``), with each batch's phases from its sinks;
+  7. a bare MERGE (offset-guarded update, insert otherwise) and a bare append of the same batch's
      rows into tables of the same size: the Delta floor of the batch's transactions.
 Figures go to stdout and to a JSON file; nothing is asserted.
 """
@@ -38,7 +49,8 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from reconstructor.settings import Settings  # noqa: E402
+from reconstructor.core.policy import OnViolation  # noqa: E402
+from reconstructor.settings import Settings, StatefulEngine  # noqa: E402
 from workbench import localstack  # noqa: E402
 from workbench.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
 from workbench.producer import SensorProducer  # noqa: E402
@@ -89,12 +101,20 @@ def _publish(messages: list[Planned], topics: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def _reconstructor(spark, pattern: str, root: Path, max_offsets: int | None) -> tuple[float, list[dict]]:
+def _label(engine: StatefulEngine, on_violation: OnViolation = OnViolation.FAIL) -> str:
+    """A reconstructor run's row label: its engine, and its mode when it is quarantine."""
+    return engine.value + (" (quarantine)" if on_violation == OnViolation.QUARANTINE else "")
+
+
+def _reconstructor(spark, pattern: str, root: Path, max_offsets: int | None,
+                   engine: StatefulEngine = StatefulEngine.PYTHON,
+                   on_violation: OnViolation = OnViolation.FAIL) -> tuple[float, list[dict]]:
     from reconstructor.spark.pipeline import start
 
     cfg = Settings(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
-                 output=str(root / "out"), checkpoint=str(root / "chk"),
-                 max_offsets_per_trigger=max_offsets, compact_every=None)
+                   output=str(root / "out"), checkpoint=str(root / "chk"),
+                   max_offsets_per_trigger=max_offsets, compact_every=None, engine=engine,
+                   on_violation=on_violation)
     started = time.perf_counter()
     running = start(spark, cfg)
     running.await_termination()
@@ -142,47 +162,89 @@ def throughput(spark, args, work: Path) -> dict:
           f"{PARTITIONS} partitions, published in {publish_s:.1f}s", flush=True)
 
     # Warm each engine on the same topics (JVM codegen, Delta, the Kafka client, and for the
-    # reconstructor Spark's Python workers) so the measured runs are closer to steady state, as
+    # Python engine Spark's Python workers) so the measured runs are closer to steady state, as
     # the peer is.  HotSpot keeps compiling for several runs: --warmup 3 or more shows a warmer JVM.
+    runs = [(e, m) for e in args.engines for m in args.on_violation]  # the reconstructor's rows
     for i in range(args.warmup):
         _stateless_limit(spark, pattern, work / f"warm-limit-{i}", args.max_offsets)
-        _reconstructor(spark, pattern, work / f"warm-reconstructor-{i}", args.max_offsets)
-    # Each engine runs --repeat times on the same topics, alternating, and the median counts: one
-    # run on a 2-core machine moves by a second either way.
-    limits, recons, peers, progress = [], [], [], []
+        for engine, mode in runs:
+            _reconstructor(spark, pattern, work / f"warm-{engine.value}-{mode.value}-{i}", args.max_offsets,
+                           engine, mode)
+    # Each runs --repeat times on the same topics, alternating, and the median counts: one run on a
+    # 2-core machine moves by a second either way.
+    limits, peers = [], []
+    recons: dict[tuple, list[float]] = {r: [] for r in runs}
+    progress: dict[tuple, list[dict]] = {}
     for i in range(args.repeat):
         limits.append(_stateless_limit(spark, pattern, work / f"limit-{i}", args.max_offsets)[0])
         print(f"stateless limit: {limits[-1]:.1f}s", flush=True)
-        seconds, progress = _reconstructor(spark, pattern, work / f"recon-{i}", args.max_offsets)
-        recons.append(seconds)
-        print(f"reconstructor: {seconds:.1f}s in {len(progress)} batches", flush=True)
+        for engine, mode in runs:
+            seconds, progress[engine, mode] = _reconstructor(
+                spark, pattern, work / f"recon-{engine.value}-{mode.value}-{i}", args.max_offsets, engine, mode)
+            recons[engine, mode].append(seconds)
+            print(f"reconstructor, {_label(engine, mode)}: {seconds:.1f}s in {len(progress[engine, mode])} batches",
+                  flush=True)
         started = time.perf_counter()
         counts = run_peer(localstack.bootstrap_servers(), pattern, str(work / f"peer-{i}" / "row_changes"),
                           RowSchema.load(), group=f"peer-{uuid.uuid4().hex[:8]}")
         peers.append(time.perf_counter() - started)
         print(f"peer: {peers[-1]:.1f}s", flush=True)
-    limit_s, recon_s, peer_s = (statistics.median(x) for x in (limits, recons, peers))
-    results = {
-        "stateless_limit": {"seconds": limit_s, "runs": limits, "updates_per_s": updates / limit_s,
-                            "rows_written": _rows_written(spark, str(work / "limit-0/out/row_changes"))},
-        "reconstructor": {
-            "seconds": recon_s, "runs": recons, "updates_per_s": updates / recon_s, "batches": len(progress),
-            "rows_written": _rows_written(spark, str(work / "recon-0/out/row_changes")),
-            "batch_ms_median": statistics.median(p["durationMs"]["triggerExecution"] for p in progress),
-        },
-        "peer": {"seconds": peer_s, "runs": peers, "updates_per_s": counts["updates"] / peer_s,
-                 "rows_written": counts["row_changes"], "writer": "delta-rs (deltalake.write_deltalake)"},
-    }
-    rc = results["reconstructor"]["updates_per_s"]
+    limit_s, peer_s = statistics.median(limits), statistics.median(peers)
+    limit_ups, peer_ups = updates / limit_s, counts["updates"] / peer_s
+    reconstructor = {}
+    for engine, mode in runs:
+        seconds = statistics.median(recons[engine, mode])
+        ups = updates / seconds
+        batches = progress[engine, mode]
+        out = work / f"recon-{engine.value}-{mode.value}-0/out/row_changes"
+        reconstructor[_label(engine, mode)] = {
+            "engine": engine.value, "on_violation": mode.value,
+            "seconds": seconds, "runs": recons[engine, mode], "updates_per_s": ups, "batches": len(batches),
+            "rows_written": _rows_written(spark, str(out)),
+            "batch_ms_median": (statistics.median(p["durationMs"]["triggerExecution"] for p in batches)
+                                if batches else None),
+            # The engine's updates/s over the limit's: the limit's time over the engine's.
+            "ratio_to_limit": ups / limit_ups, "ratio_to_peer": ups / peer_ups,
+        }
     return {
         "fleet": {"messages": len(messages), "updates": updates, "sensors": args.sensors,
                   "sessions_per_sensor": args.sessions, "rows": args.rows, "rows_per_update": args.rows_per_update,
                   "partitions_per_topic": PARTITIONS, "max_offsets_per_trigger": args.max_offsets,
                   "repeat": args.repeat, "warmup": args.warmup},
-        **results,
-        "ratio_reconstructor_to_limit": rc / results["stateless_limit"]["updates_per_s"],
-        "ratio_reconstructor_to_peer": rc / results["peer"]["updates_per_s"],
+        "engines": [e.value for e in args.engines], "on_violation": [m.value for m in args.on_violation],
+        "reconstructor": reconstructor,
+        "stateless_limit": {"seconds": limit_s, "runs": limits, "updates_per_s": limit_ups,
+                            "rows_written": _rows_written(spark, str(work / "limit-0/out/row_changes"))},
+        "peer": {"seconds": peer_s, "runs": peers, "updates_per_s": peer_ups,
+                 "rows_written": counts["row_changes"], "writer": "delta-rs (deltalake.write_deltalake)"},
     }
+
+
+def _print_throughput(t: dict) -> None:
+    """The throughput table: a row per engine (and mode), the limit's and the peer's, and the ratios."""
+    def row(label: str, r: dict, to_limit: str, to_peer: str) -> str:
+        runs = ", ".join(f"{x:.1f}" for x in r["runs"])
+        return f"| {label} | {r['seconds']:.1f} ({runs}) | {r['updates_per_s']:,.0f} | {to_limit} | {to_peer} |"
+
+    print("\n| run | seconds, median (runs) | updates/s | / limit | / peer |\n|---|---:|---:|---:|---:|")
+    recons = t["reconstructor"]
+    for label, r in recons.items():
+        print(row(f"reconstructor, {label}", r, f"{r['ratio_to_limit']:.2f}", f"{r['ratio_to_peer']:.2f}"))
+    print(row("stateless_limit", t["stateless_limit"], "1.00", ""))
+    print(row("peer", t["peer"], "", "1.00"))
+    print("ratios are the limit's (the peer's) time over the reconstructor's: " + "; ".join(
+        f"{label} / limit = {r['ratio_to_limit']:.2f}, {label} / peer = {r['ratio_to_peer']:.2f}"
+        for label, r in recons.items()))
+    for mode in ("", " (quarantine)"):
+        python, jvm = recons.get("python" + mode), recons.get("jvm" + mode)
+        if python and jvm:
+            print(f"jvm{mode}: {python['seconds'] / jvm['seconds']:.2f}x the updates/s of python{mode}")
+    for engine in ("python", "jvm"):
+        fail, quarantine = recons.get(engine), recons.get(engine + " (quarantine)")
+        if fail and quarantine:
+            print(f"{engine}: quarantine mode takes {quarantine['seconds'] / fail['seconds']:.2f}x "
+                  "the time of fail mode")
+    print(flush=True)
 
 
 def _trivial_state(key, frames, state):
@@ -209,20 +271,27 @@ def _noop_run(spark, frame, root: Path, mode: str = "append") -> list[dict]:
     return _progress(query)
 
 
+#: The floor's runs of the whole reconstructor, and the engine each runs its stateful step on.
+RECONSTRUCTORS = {"reconstructor": StatefulEngine.PYTHON, "reconstructor-jvm": StatefulEngine.JVM}
+#: The floor's runs of the stateful step alone (to ``noop``), and their engines.
+STATEFUL_STEPS = {"stateful": StatefulEngine.PYTHON, "jvm-engine": StatefulEngine.JVM}
+
+
 def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int) -> tuple[list[dict], dict]:
     """One of the floor benchmark's runs over the same topics; its progress and the sinks' timings."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
+    from reconstructor.spark.engines import reconstruct_with
     from reconstructor.spark.pipeline import start
     from reconstructor.spark.parse import parse_records
     from reconstructor.spark.source import kafka_stream
-    from reconstructor.spark.stateful import reconstruct, reconstruct_inputs
+    from reconstructor.spark.stateful import reconstruct_inputs
 
-    if name == "reconstructor":
+    if name in RECONSTRUCTORS:
         cfg = Settings(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
-                     output=str(root / "out"), checkpoint=str(root / "chk"),
-                     max_offsets_per_trigger=max_offsets, compact_every=None)
+                       output=str(root / "out"), checkpoint=str(root / "chk"),
+                       max_offsets_per_trigger=max_offsets, compact_every=None, engine=RECONSTRUCTORS[name])
         running = start(spark, cfg)
         running.await_termination()
         return running.recent_progress(), dict(running.sinks.timings)
@@ -253,18 +322,24 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
                  .applyInPandasWithState(_trivial_state, outputStructType="topic string, session string, rows long",
                                          stateStructType="rows long", outputMode="append",
                                          timeoutConf=GroupStateTimeout.NoTimeout))
+    elif name in STATEFUL_STEPS:
+        # The product's stateful step under either engine, with a run's defaults.
+        defaults = Settings()
+        frame = reconstruct_with(STATEFUL_STEPS[name], parsed, schema, chain_key=None,
+                                 session_timeout_ms=int(defaults.session_timeout.total_seconds() * 1000),
+                                 state_retention_ms=int(defaults.state_retention.total_seconds() * 1000))
     else:
-        frame = reconstruct(parsed, schema, session_timeout_ms=int(Settings().session_timeout.total_seconds() * 1000))
+        raise ValueError(f"unknown floor variant {name!r}")
     return _noop_run(spark, frame, root), {}
 
 
-FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-prototype", "trivial", "trivial-wide", "stateful",
-                  "reconstructor")
+FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-prototype", "jvm-engine", "trivial", "trivial-wide",
+                  "stateful", "reconstructor", "reconstructor-jvm")
 
 
 def _live_fleet(prefix: str, topics: list[str], sessions: int, rows: int, rounds: int) -> list[Planned]:
     """Every session's snapshot, then ``rounds`` rounds of one 3-row update per session: batches of
-    2 x ``sessions`` offsets then hold 2 messages of every session."""
+    U x ``sessions`` offsets then hold U messages of every session."""
     ts = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
     names = [(topics[i % len(topics)], f"{prefix}s{i}") for i in range(sessions)]
     messages = [_snapshot(t, s, rows, ts) for t, s in names]
@@ -277,11 +352,11 @@ def _live_fleet(prefix: str, topics: list[str], sessions: int, rows: int, rounds
     return messages
 
 
-def _delta_floor(spark, recon_out: Path, root: Path, repeat: int) -> dict:
+def _delta_floor(spark, recon_out: Path, root: Path, repeat: int, rounds: int = 2) -> dict:
     """A bare append and a bare MERGE of one batch's rows into tables of the reconstructor's size.
 
-    The rows are the reconstructor's own last two rounds of changes (one batch's worth); the MERGE
-    target is a copy of its ``current_rows``, the append target a copy of its ``row_changes``."""
+    The rows are the reconstructor's own last ``rounds`` rounds of changes (one batch's worth); the
+    MERGE target is a copy of its ``current_rows``, the append target a copy of its ``row_changes``."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -289,7 +364,7 @@ def _delta_floor(spark, recon_out: Path, root: Path, repeat: int) -> dict:
 
     changes = spark.read.format("delta").load(str(recon_out / "row_changes"))
     last = changes.agg(F.max("seq")).first()[0]
-    batch = changes.filter(F.col("seq") > last - 2).cache()
+    batch = changes.filter(F.col("seq") > last - rounds).cache()
     rows = batch.count()
     current = spark.read.format("delta").load(str(recon_out / "current_rows"))
     current.write.format("delta").save(str(root / "current"))
@@ -335,21 +410,34 @@ def _delta_floor(spark, recon_out: Path, root: Path, repeat: int) -> dict:
             "idempotent_floor_s": statistics.median(txn_appends) + statistics.median(txn_merges)}
 
 
+def _phases(timings: list) -> dict:
+    """The median of each phase of a reconstructor's batches, from its sinks' timings."""
+    return {"compute_s": statistics.median(t.compute for t in timings),
+            "append_s": statistics.median(t.append for t in timings),
+            "merges_s": statistics.median(t.merges for t in timings),
+            "current_rows_s": statistics.median(t.tables["current_rows"] for t in timings),
+            "sessions_s": statistics.median(t.tables["sessions"] for t in timings),
+            "writes_s": statistics.median(t.writes for t in timings)}
+
+
 def floor(spark, args, work: Path) -> dict:
     """The stateful step and the Delta writes of a live-fleet batch against the engine's floor."""
     prefix = f"floor{uuid.uuid4().hex[:8]}-"
     topics = [f"{prefix}sensor-{i}" for i in range(4)]
     create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in topics})
-    rounds = 1 + 2 * args.floor_batches
-    messages = _live_fleet(prefix, topics, args.floor_sessions, args.floor_rows, rounds)
+    sessions, per_batch = args.floor_sessions, args.floor_updates
+    # Batches of per_batch x sessions offsets: the first holds the snapshots and per_batch - 1 rounds
+    # of updates, each measured batch per_batch rounds.
+    rounds = per_batch * (args.floor_batches + 1) - 1
+    messages = _live_fleet(prefix, topics, sessions, args.floor_rows, rounds)
     publish_s = _publish(messages, topics)
     pattern = f"{prefix}sensor-[0-9]+"
-    max_offsets = 2 * args.floor_sessions
-    print(f"floor: {args.floor_sessions:,} sessions x {args.floor_rows} rows, then {args.floor_batches} batches of "
-          f"2 updates per session ({len(messages):,} messages, published in {publish_s:.1f}s)", flush=True)
+    max_offsets = per_batch * sessions
+    print(f"floor: {sessions:,} sessions x {args.floor_rows} rows, then {args.floor_batches} batches of "
+          f"{per_batch} updates per session ({len(messages):,} messages, published in {publish_s:.1f}s)", flush=True)
     variants = args.floor_variants
     batch_ms: dict[str, list[float]] = {v: [] for v in variants}
-    timings = []
+    timings: dict[str, list] = {v: [] for v in variants if v in RECONSTRUCTORS}
     for i in range(args.warmup + args.repeat):
         for name in variants:
             progress, sink_timings = _floor_variant(spark, name, pattern, work / f"{name}-{i}", max_offsets)
@@ -358,51 +446,76 @@ def floor(spark, args, work: Path) -> dict:
             if i < args.warmup:
                 continue
             batch_ms[name] += [p["durationMs"]["triggerExecution"] for p in updates]
-            if name == "reconstructor":
-                timings += [t for b, t in sorted(sink_timings.items()) if b > 0]
+            if name in timings:
+                timings[name] += [t for b, t in sorted(sink_timings.items()) if b > 0]
             shown = ", ".join(f"{p['durationMs']['triggerExecution']:,}" for p in updates)
             print(f"  {name}: update batches {shown} ms", flush=True)
-    per_group = {name: statistics.median(ms) / args.floor_sessions for name, ms in batch_ms.items()}
-    if not set(FLOOR_VARIANTS) - {"jvm-prototype"} <= set(variants):  # a partial run (for a profiler, say): its batches only
-        return {"sessions": args.floor_sessions, "batch_ms": batch_ms, "ms_per_group": per_group}
-    recon_root = work / f"reconstructor-{args.warmup + args.repeat - 1}" / "out"
-    delta = _delta_floor(spark, recon_root, work / "delta-floor", args.repeat + 1)
-    writes = {"compute_s": statistics.median(t.compute for t in timings),
-              "append_s": statistics.median(t.append for t in timings),
-              "merges_s": statistics.median(t.merges for t in timings),
-              "current_rows_s": statistics.median(t.tables["current_rows"] for t in timings),
-              "sessions_s": statistics.median(t.tables["sessions"] for t in timings),
-              "writes_s": statistics.median(t.writes for t in timings)}
-    return {"sessions": args.floor_sessions, "rows": args.floor_rows, "batches": args.floor_batches,
-            "batch_ms": batch_ms, "ms_per_group": per_group,
-            "ratio_stateful_to_trivial": per_group["stateful"] / per_group["trivial"],
-            "ratio_stateful_to_trivial_wide": per_group["stateful"] / per_group["trivial-wide"],
-            "ratio_jvm_prototype_to_trivial": (per_group["jvm-prototype"] / per_group["trivial"]
-                                               if "jvm-prototype" in per_group else None),
-            "ratio_reconstructor_to_trivial": per_group["reconstructor"] / per_group["trivial"],
-            "reconstructor_phases": writes, "delta_floor": delta,
-            "ratio_writes_to_delta_floor": writes["writes_s"] / delta["floor_s"]}
+    median_ms = {name: statistics.median(ms) for name, ms in batch_ms.items() if ms}
+    per_group = {name: ms / sessions for name, ms in median_ms.items()}
+
+    def ratio(a: str, b: str) -> float | None:
+        return per_group[a] / per_group[b] if a in per_group and b in per_group else None
+
+    out = {"sessions": sessions, "rows": args.floor_rows, "batches": args.floor_batches,
+           "updates_per_batch": per_batch, "batch_ms": batch_ms, "batch_ms_median": median_ms,
+           "ms_per_group": per_group,
+           "ratio_jvm_engine_to_jvm_aggregate": ratio("jvm-engine", "jvm-aggregate"),
+           "ratio_jvm_engine_to_projection": ratio("jvm-engine", "projection"),
+           "ratio_stateful_to_jvm_engine": ratio("stateful", "jvm-engine"),
+           "ratio_stateful_to_trivial": ratio("stateful", "trivial"),
+           "ratio_stateful_to_trivial_wide": ratio("stateful", "trivial-wide"),
+           "ratio_jvm_prototype_to_trivial": ratio("jvm-prototype", "trivial"),
+           "ratio_jvm_engine_to_jvm_prototype": ratio("jvm-engine", "jvm-prototype"),
+           "ratio_reconstructor_to_trivial": ratio("reconstructor", "trivial"),
+           "ratio_reconstructor_to_reconstructor_jvm": ratio("reconstructor", "reconstructor-jvm")}
+    ran = [name for name, t in timings.items() if t]
+    if not ran:  # no whole reconstructor (a run for a profiler, say): no Delta floor to set it beside
+        return out
+    out["reconstructor_phases"] = phases = {name: _phases(timings[name]) for name in ran}
+    recon_root = work / f"{ran[0]}-{args.warmup + args.repeat - 1}" / "out"
+    out["delta_floor"] = delta = _delta_floor(spark, recon_root, work / "delta-floor", args.repeat + 1, per_batch)
+    out["ratio_writes_to_delta_floor"] = {name: w["writes_s"] / delta["floor_s"] for name, w in phases.items()}
+    return out
 
 
 def _print_floor(f: dict) -> None:
-    g, d, w = f["ms_per_group"], f["delta_floor"], f["reconstructor_phases"]
-    print(f"\n{f['sessions']:,} sessions x 2 updates per batch, ms per group (median batch / sessions):")
-    print("| run | ms per group |\n|---|---:|")
-    for name, ms in g.items():
-        print(f"| {name} | {ms:.2f} |")
-    print(f"stateful step / trivial applyInPandasWithState = {f['ratio_stateful_to_trivial']:.2f} "
-          f"(/ the trivial function over the same input columns = {f['ratio_stateful_to_trivial_wide']:.2f})")
-    if f["ratio_jvm_prototype_to_trivial"] is not None:
-        print(f"JVM state-step prototype / trivial applyInPandasWithState = {f['ratio_jvm_prototype_to_trivial']:.2f}")
-    print(f"reconstructor batch phases (median): compute {w['compute_s']:.2f}s, append {w['append_s']:.2f}s, "
-          f"MERGEs side by side {w['merges_s']:.2f}s (current_rows {w['current_rows_s']:.2f}s, "
-          f"sessions {w['sessions_s']:.2f}s)")
+    g, ms = f["ms_per_group"], f["batch_ms_median"]
+    print(f"\n{f['sessions']:,} sessions x {f['updates_per_batch']} updates per session per batch "
+          f"(ms per session: median batch / sessions):")
+    print("| run | batch ms, median | ms per session |\n|---|---:|---:|")
+    for name, per in g.items():
+        print(f"| {name} | {ms[name]:,.0f} | {per:.2f} |")
+
+    def show(key: str, text: str) -> None:
+        if f.get(key) is not None:
+            print(f"{text} = {f[key]:.2f}")
+
+    show("ratio_jvm_engine_to_jvm_aggregate", "JVM engine's stateful step / JVM streaming aggregation "
+         "(target <= 1.5)")
+    show("ratio_jvm_engine_to_projection", "JVM engine's stateful step / projection")
+    show("ratio_jvm_engine_to_jvm_prototype", "JVM engine's stateful step / JVM state-step prototype")
+    show("ratio_stateful_to_jvm_engine", "Python engine's stateful step / JVM engine's")
+    show("ratio_stateful_to_trivial", "Python engine's stateful step / trivial applyInPandasWithState")
+    show("ratio_stateful_to_trivial_wide", "Python engine's stateful step / the trivial function over the same "
+         "input columns")
+    show("ratio_jvm_prototype_to_trivial", "JVM state-step prototype / trivial applyInPandasWithState")
+    show("ratio_reconstructor_to_trivial", "reconstructor (python) / trivial applyInPandasWithState")
+    show("ratio_reconstructor_to_reconstructor_jvm", "reconstructor (python) / reconstructor (jvm)")
+    if "delta_floor" not in f:
+        print(flush=True)
+        return
+    d = f["delta_floor"]
+    for name, w in f["reconstructor_phases"].items():
+        print(f"{name} batch phases (median): compute {w['compute_s']:.2f}s, append {w['append_s']:.2f}s, "
+              f"MERGEs side by side {w['merges_s']:.2f}s (current_rows {w['current_rows_s']:.2f}s, "
+              f"sessions {w['sessions_s']:.2f}s)")
     print(f"Delta floor: append of {d['rows_appended']:,} rows {d['append_s']:.2f}s + MERGE of {d['rows_merged']:,} "
-          f"rows into {d['current_rows']:,} {d['merge_s']:.2f}s = {d['floor_s']:.2f}s; "
-          f"the reconstructor's transactions / floor = {f['ratio_writes_to_delta_floor']:.2f}")
-    print(f"  with Delta's exactly-once ids: append {d['idempotent_append_s']:.2f}s + MERGE {d['idempotent_merge_s']:.2f}s "
-          f"= {d['idempotent_floor_s']:.2f}s; the reconstructor's transactions / that = "
-          f"{w['writes_s'] / d['idempotent_floor_s']:.2f}\n", flush=True)
+          f"rows into {d['current_rows']:,} {d['merge_s']:.2f}s = {d['floor_s']:.2f}s; transactions / floor: "
+          + ", ".join(f"{name} {r:.2f}" for name, r in f["ratio_writes_to_delta_floor"].items()))
+    print(f"  with Delta's exactly-once ids: append {d['idempotent_append_s']:.2f}s + MERGE "
+          f"{d['idempotent_merge_s']:.2f}s = {d['idempotent_floor_s']:.2f}s; transactions / that: "
+          + ", ".join(f"{name} {w['writes_s'] / d['idempotent_floor_s']:.2f}"
+                      for name, w in f["reconstructor_phases"].items()) + "\n", flush=True)
 
 
 def _snapshot(topic: str, session: str, rows: int, ts: str) -> Planned:
@@ -415,31 +528,66 @@ def _dir_files(path: Path) -> dict[str, int]:
     return {str(p): p.stat().st_size for p in path.rglob("*") if p.is_file()}
 
 
+def _scaling_batch(spark, cfg: Settings, state: Path) -> dict:
+    """One batch of the hot sessions' updates through the reconstructor: its figures and the bytes
+    its checkpoint's state wrote."""
+    from reconstructor.spark.pipeline import start
+
+    before = _dir_files(state)
+    running = start(spark, cfg)
+    running.await_termination()
+    after = _dir_files(state)
+    written = sum(size for f, size in after.items() if before.get(f) != size)
+    (p,) = [p for p in running.recent_progress() if p["numInputRows"] > 0]
+    op = p["stateOperators"][0]
+    return {"batch_ms": p["durationMs"]["triggerExecution"], "add_batch_ms": p["durationMs"].get("addBatch"),
+            "state_rows_total": op["numRowsTotal"], "state_rows_updated": op["numRowsUpdated"],
+            "state_commit_ms": op.get("commitTimeMs"), "state_updates_ms": op.get("allUpdatesTimeMs"),
+            "checkpoint_bytes_written": written}
+
+
 def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
-    """Fixed work on 20 hot sessions while idle sessions in state grow; one batch per round."""
+    """Fixed work on 20 hot sessions while idle sessions in state grow; one batch per round, per
+    engine.  The engines read the same topics, each into its own tables and checkpoint."""
     from reconstructor.spark.pipeline import start
 
     prefix = f"scale{uuid.uuid4().hex[:8]}-sensor-"
     topics = [f"{prefix}{i}" for i in range(4)]
     create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in topics})
     ts = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
-    cfg = Settings(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=f"{prefix}[0-9]+",
-                 output=str(work / "out"), checkpoint=str(work / "chk"), compact_every=None,
-                 max_offsets_per_trigger=args.load_batch)
+    engines = args.engines
+    cfgs = {e: Settings(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=f"{prefix}[0-9]+",
+                        output=str(work / e.value / "out"), checkpoint=str(work / e.value / "chk"),
+                        compact_every=None, max_offsets_per_trigger=args.load_batch, engine=e)
+            for e in engines}
     hot = [(topics[i % 4], f"{prefix}hot-{i}") for i in range(20)]
     seqs = {s: 1 for _, s in hot}
-    loaded, report = 0, []
+    loaded = 0
+    report: dict[str, list[dict]] = {e.value: [] for e in engines}
+
+    def result(partial: bool = False) -> dict:
+        out = {"hot_sessions": len(hot), "updates_per_batch": 10 * len(hot), "engines": {}}
+        for name, stages in report.items():
+            out["engines"][name] = {"stages": stages}
+            if stages and not partial:
+                out["engines"][name]["ratio_largest_to_smallest"] = (stages[-1]["batch_ms_median"]
+                                                                     / stages[0]["batch_ms_median"])
+        return out
+
     for target in args.scale:
         new = [_snapshot(topics[i % 4], f"{prefix}idle-{i}", 5, ts) for i in range(loaded, target - len(hot))]
         if not loaded:
             new += [_snapshot(t, s, 5, ts) for t, s in hot]
-        started = time.perf_counter()
-        _publish(new, topics)
-        start(spark, cfg).await_termination()
+        publish_s = _publish(new, topics)
+        load_s = {}
+        for engine in engines:
+            started = time.perf_counter()
+            start(spark, cfgs[engine]).await_termination()
+            load_s[engine] = time.perf_counter() - started
         loaded = target - len(hot)
-        load_s = time.perf_counter() - started
-        print(f"state: {target:,} sessions (loaded {len(new):,} in {load_s:.1f}s)", flush=True)
-        rounds = []
+        print(f"state: {target:,} sessions (published {len(new):,} snapshots in {publish_s:.1f}s; loaded by "
+              + ", ".join(f"{e.value} in {load_s[e]:.1f}s" for e in engines) + ")", flush=True)
+        rounds: dict[StatefulEngine, list[dict]] = {e: [] for e in engines}
         for _ in range(args.rounds):
             msgs = []
             for _u in range(10):
@@ -450,27 +598,54 @@ def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
                                                          "ts": ts, "rows": rows}))
                     seqs[session] += 1
             _publish(msgs, topics)
-            before = _dir_files(work / "chk" / "state")
-            running = start(spark, cfg)
-            running.await_termination()
-            after = _dir_files(work / "chk" / "state")
-            written = sum(size for f, size in after.items() if before.get(f) != size)
-            (p,) = [p for p in running.recent_progress() if p["numInputRows"] > 0]
-            op = p["stateOperators"][0]
-            rounds.append({"batch_ms": p["durationMs"]["triggerExecution"],
-                           "add_batch_ms": p["durationMs"].get("addBatch"),
-                           "state_rows_total": op["numRowsTotal"], "state_rows_updated": op["numRowsUpdated"],
-                           "state_commit_ms": op.get("commitTimeMs"), "state_updates_ms": op.get("allUpdatesTimeMs"),
-                           "checkpoint_bytes_written": written})
-        med = statistics.median(r["batch_ms"] for r in rounds)
-        print(f"  {target:>7,} sessions: batch {med:,.0f} ms (median of {len(rounds)}), checkpoint "
-              f"{statistics.median(r['checkpoint_bytes_written'] for r in rounds):,.0f} B/batch", flush=True)
-        report.append({"sessions_in_state": target, "batch_ms_median": med, "rounds": rounds,
-                       "load_seconds": load_s})
-        save({"stages": report})  # a long run keeps what it measured if it is stopped
-    base = report[0]["batch_ms_median"]
-    return {"hot_sessions": len(hot), "updates_per_batch": 10 * len(hot), "stages": report,
-            "ratio_largest_to_smallest": report[-1]["batch_ms_median"] / base}
+            for engine in engines:  # the same batch through each engine
+                rounds[engine].append(_scaling_batch(spark, cfgs[engine], work / engine.value / "chk" / "state"))
+        for engine in engines:
+            med = statistics.median(r["batch_ms"] for r in rounds[engine])
+            print(f"  {engine.value:>6}: {target:>7,} sessions: batch {med:,.0f} ms (median of {len(rounds[engine])}), "
+                  f"checkpoint {statistics.median(r['checkpoint_bytes_written'] for r in rounds[engine]):,.0f} "
+                  f"B/batch", flush=True)
+            report[engine.value].append({"sessions_in_state": target, "batch_ms_median": med,
+                                         "rounds": rounds[engine], "load_seconds": load_s[engine],
+                                         "publish_seconds": publish_s})
+        save(result(partial=True))  # a long run keeps what it measured if it is stopped
+    return result()
+
+
+def _print_scaling(s: dict, sizes: list[int]) -> None:
+    print(f"\n| engine | {' | '.join(f'batch ms at {n:,} sessions' for n in sizes)} | largest / smallest |")
+    print("|---|" + "---:|" * (len(sizes) + 1))
+    for name, e in s["engines"].items():
+        cells = [f"{st['batch_ms_median']:,.0f}" for st in e["stages"]]
+        print(f"| {name} | {' | '.join(cells)} | {e['ratio_largest_to_smallest']:.2f} |")
+    for name, e in s["engines"].items():
+        print(f"{name}: batch at {sizes[-1]:,} / at {sizes[0]:,} sessions = {e['ratio_largest_to_smallest']:.2f}",
+              flush=True)
+
+
+def _engines(text: str) -> list[StatefulEngine]:
+    try:
+        return [StatefulEngine(x.strip()) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"engines are {', '.join(e.value for e in StatefulEngine)}, comma-separated: not {text!r}") from None
+
+
+def _modes(text: str) -> list[OnViolation]:
+    try:
+        return [OnViolation(x.strip()) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"modes are {', '.join(m.value for m in OnViolation)}, comma-separated: not {text!r}") from None
+
+
+def _floor_variants(text: str) -> list[str]:
+    names = text.split(",")
+    unknown = [n for n in names if n not in FLOOR_VARIANTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown floor variant {unknown[0]!r}; choose from {', '.join(FLOOR_VARIANTS)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,6 +657,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=1000, help="update messages per session")
     p.add_argument("--rows-per-update", type=int, default=3)
     p.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: none)")
+    p.add_argument("--engines", type=_engines, default=[StatefulEngine.PYTHON, StatefulEngine.JVM],
+                   help="throughput, scaling: the stateful step's engines to run the reconstructor under "
+                        "(default python,jvm)")
+    p.add_argument("--on-violation", type=_modes, default=[OnViolation.FAIL], metavar="{fail,quarantine}[,...]",
+                   help="throughput: the reconstructor's modes, a row each (default fail; fail,quarantine "
+                        "measures quarantine mode's cost in one run)")
     p.add_argument("--repeat", type=int, default=3, help="measured runs of each engine; the median counts")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured runs of each engine first")
     p.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000, 100000])
@@ -490,11 +671,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor-sessions", type=int, default=1000, help="floor: sessions in every batch")
     p.add_argument("--floor-rows", type=int, default=50, help="floor: rows in each session's table")
     p.add_argument("--floor-batches", type=int, default=4, help="floor: measured batches per run")
-    p.add_argument("--floor-variants", type=lambda s: s.split(","), default=list(FLOOR_VARIANTS),
-                   help=f"floor: which runs (default {','.join(FLOOR_VARIANTS)}; a subset prints its batches only)")
+    p.add_argument("--floor-updates", type=int, default=2, help="floor: update messages per session in each batch")
+    p.add_argument("--floor-variants", type=_floor_variants, default=list(FLOOR_VARIANTS),
+                   help=f"floor: which runs (default {','.join(FLOOR_VARIANTS)}; the Delta floor is "
+                        "measured when a whole reconstructor runs)")
     p.add_argument("--shuffle-partitions", type=int, default=None)
     p.add_argument("--json", default="bench-results.json", help="where to write the figures")
     args = p.parse_args(argv)
+    if args.floor_updates < 1:
+        p.error("--floor-updates must be at least 1")
 
     localstack.up()
     work = Path(tempfile.mkdtemp(prefix="recon-bench-"))
@@ -508,24 +693,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.which in ("all", "throughput"):
             out["throughput"] = throughput(spark, args, work / "throughput")
-            t = out["throughput"]
-            print("\n| run | seconds, median (runs) | updates/s |\n|---|---:|---:|")
-            for name in ("reconstructor", "stateless_limit", "peer"):
-                runs = ", ".join(f"{r:.1f}" for r in t[name]["runs"])
-                print(f"| {name} | {t[name]['seconds']:.1f} ({runs}) | {t[name]['updates_per_s']:,.0f} |")
-            print(f"reconstructor / limit = {t['ratio_reconstructor_to_limit']:.2f}, "
-                  f"reconstructor / peer = {t['ratio_reconstructor_to_peer']:.2f}\n", flush=True)
+            _print_throughput(out["throughput"])
         if args.which in ("all", "floor"):
             out["floor"] = floor(spark, args, work / "floor")
-            if "delta_floor" in out["floor"]:
-                _print_floor(out["floor"])
+            _print_floor(out["floor"])
         if args.which in ("all", "scaling"):
             def save(partial):
                 Path(args.json).write_text(json.dumps({**out, "scaling": partial}, indent=2, default=str))
 
             out["scaling"] = scaling(spark, args, work / "scaling", save)
-            print(f"batch at {args.scale[-1]:,} / at {args.scale[0]:,} sessions = "
-                  f"{out['scaling']['ratio_largest_to_smallest']:.2f}", flush=True)
+            _print_scaling(out["scaling"], args.scale)
     finally:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str))
         print(f"figures written to {args.json}")
