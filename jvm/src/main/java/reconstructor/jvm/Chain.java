@@ -23,6 +23,10 @@ final class Chain implements java.io.Serializable {
   private final String[] types;
   /** The row columns in JCS member order (UTF-16 code units), as indexes into the row's values. */
   private final int[] memberOrder;
+  /** One digest per task, made on first use (a JCA lookup and a key schedule per message cost more
+   * than the hash). */
+  private transient MessageDigest sha;
+  private transient Mac mac;
 
   Chain(String key, String[] names, String[] types) {
     this.key = key == null || key.isEmpty() ? null : key.getBytes(StandardCharsets.UTF_8);
@@ -66,14 +70,18 @@ final class Chain implements java.io.Serializable {
       byte[] head = (prev + "\n").getBytes(StandardCharsets.US_ASCII);
       byte[] out;
       if (key == null) {
-        MessageDigest sha = MessageDigest.getInstance("SHA-256");
+        if (sha == null) {
+          sha = MessageDigest.getInstance("SHA-256");
+        }
         sha.update(head);
-        out = sha.digest(canonical);
+        out = sha.digest(canonical);  // and resets it
       } else {
-        Mac mac = Mac.getInstance("HmacSHA256");
-        mac.init(new SecretKeySpec(key, "HmacSHA256"));
+        if (mac == null) {
+          mac = Mac.getInstance("HmacSHA256");
+          mac.init(new SecretKeySpec(key, "HmacSHA256"));
+        }
         mac.update(head);
-        out = mac.doFinal(canonical);
+        out = mac.doFinal(canonical);  // and resets it, keeping the key
       }
       StringBuilder hex = new StringBuilder(key == null ? "sha256:" : "hmac-sha256:");
       for (byte x : out) {

@@ -1,6 +1,8 @@
 package reconstructor.jvm;
 
 import java.math.BigDecimal;
+import java.math.MathContext;
+import java.math.RoundingMode;
 import java.util.Comparator;
 import java.util.Locale;
 
@@ -107,26 +109,33 @@ final class Text {
 
   /**
    * A finite double as RFC 8785 writes it (ECMAScript's Number.prototype.toString): the shortest
-   * decimal that reads back as {@code x}, in plain or exponent form by its magnitude. Java 17's
-   * {@code Double.toString} is not always the shortest, so the digits are searched for.
+   * decimal that reads back as {@code x}, the closest of them to {@code x} (the even one of two),
+   * in plain or exponent form by its magnitude. Java 17's {@code Double.toString} reads back but is
+   * not always the shortest, so its length is only where the search starts. At each length the
+   * candidates are the decimals just below and just above {@code x}'s exact value: if any decimal of
+   * a length reads back, one of those two does (a power of two's interval is lopsided, so the nearer
+   * of the two may not), and so does one a digit longer, so the search stops at the first length
+   * with none.
    */
   static String jcsNumber(double x) {
     if (x == 0) {
       return "0";
     }
-    String digits = null;
-    int exp = 0;
     double abs = Math.abs(x);
-    for (int p = 1; p <= 17; p++) {
-      String sci = String.format(Locale.ROOT, "%." + (p - 1) + "e", abs);
-      if (Double.parseDouble(sci) == abs) {
-        BigDecimal d = new BigDecimal(sci).stripTrailingZeros();
-        digits = d.unscaledValue().toString();
-        exp = -d.scale();  // abs = digits * 10**exp
+    BigDecimal exact = new BigDecimal(abs);
+    int p = new BigDecimal(Double.toString(abs)).stripTrailingZeros().precision();
+    BigDecimal best = closestReadingBack(exact, abs, p);
+    while (p > 1) {
+      BigDecimal shorter = closestReadingBack(exact, abs, p - 1);
+      if (shorter == null) {
         break;
       }
+      best = shorter;
+      p--;
     }
-    int k = digits.length(), n = k + exp;  // abs = 0.d1..dk * 10**n
+    best = best.stripTrailingZeros();
+    String digits = best.unscaledValue().toString();
+    int k = digits.length(), n = k - best.scale();  // abs = 0.d1..dk * 10**n
     String text;
     if (k <= n && n <= 21) {
       text = digits + "0".repeat(n - k);
@@ -139,5 +148,21 @@ final class Text {
       text = digits.charAt(0) + (k > 1 ? "." + digits.substring(1) : "") + "e" + (e >= 0 ? "+" : "-") + Math.abs(e);
     }
     return (x < 0 ? "-" : "") + text;
+  }
+
+  /** Of the decimals of {@code digits} significant digits just below and above {@code exact}, the
+   * closer one that reads back as {@code abs} (the even one of a tie), or null if neither does. */
+  private static BigDecimal closestReadingBack(BigDecimal exact, double abs, int digits) {
+    BigDecimal below = exact.round(new MathContext(digits, RoundingMode.FLOOR));
+    BigDecimal above = exact.round(new MathContext(digits, RoundingMode.CEILING));
+    boolean belowReads = below.doubleValue() == abs, aboveReads = above.doubleValue() == abs;
+    if (!belowReads || !aboveReads) {
+      return belowReads ? below : aboveReads ? above : null;
+    }
+    int order = exact.subtract(below).compareTo(above.subtract(exact));
+    if (order != 0) {
+      return order < 0 ? below : above;
+    }
+    return below.unscaledValue().testBit(0) ? above : below;
   }
 }
