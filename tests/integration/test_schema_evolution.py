@@ -34,15 +34,19 @@ def _row(rid, **values) -> dict:
     return {"id": rid, "values": values}
 
 
-def test_a_new_column_evolves_the_tables_and_a_lossy_change_is_refused(stack, spark, run_id, tmp_path):
-    bootstrap, topic = stack.bootstrap_servers(), f"evolve{run_id}-sensor-0"
+@pytest.mark.parametrize("engine", ["python", "jvm"])
+def test_a_new_column_evolves_the_tables_and_a_lossy_change_is_refused(stack, spark, run_id, tmp_path, engine):
+    """Under either engine: each keeps the session tables in its state in the schema they were
+    written in, and reads them in the new one."""
+    bootstrap, topic = stack.bootstrap_servers(), f"evolve{run_id}{engine}-sensor-0"
     create_topics(bootstrap, {topic: 1})
     schema_file = tmp_path / "sensor.json"
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
 
     def run():
         return cli("run", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--output", out,
-                   "--checkpoint", chk, "--row-schema", str(schema_file), "--compact-every", "off")
+                   "--checkpoint", chk, "--row-schema", str(schema_file), "--compact-every", "off",
+                   "--engine", engine)
 
     _write_schema(schema_file, V1)
     send(bootstrap, topic, "s-1", [
