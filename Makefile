@@ -19,7 +19,7 @@ help:
 	@echo "make test              install what is missing, start Kafka + S3, run the tests, stop them"
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
-	@echo "make fuzz              the fuzz suite on a new seed with more examples (FUZZ_EXAMPLES=40)"
+	@echo "make fuzz              the fuzz suite and the engines' differential test on a new seed (FUZZ_EXAMPLES=40)"
 	@echo "make bench             end-to-end benchmarks (reconstructor vs stateless limit vs peer, state scaling)"
 	@echo "                       -> bench-results.json; BENCH_ARGS='throughput --updates 500' to narrow"
 	@echo "make bench-fleet       fleet capacity: a live fleet of N sessions, 1 update/s each, read under a"
@@ -84,7 +84,7 @@ FUZZ_EXAMPLES ?= 40
 
 fuzz: jars
 	@$(STACK) up
-	@rc=0; RECON_FUZZ_SEED=random RECON_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VPY) -m pytest tests/integration/test_fuzz.py $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+	@rc=0; RECON_FUZZ_SEED=random RECON_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VPY) -m pytest tests/integration/test_fuzz.py tests/integration/test_engine_differential.py $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 bench: jars
 	@$(STACK) up

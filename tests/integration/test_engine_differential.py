@@ -16,7 +16,7 @@ coordinates, detail and raw value: what the sinks turn into ``row_changes``, ``c
 checkpoints (each session's fields, table and chain head, read back with the state data source).
 
 The seed is fixed for ``make test`` (``RECON_FUZZ_SEED`` sets it, ``random`` draws one, as for the
-fuzz suite); ``RECON_FUZZ_EXAMPLES`` sets the number of examples.
+fuzz suite); ``RECON_FUZZ_EXAMPLES`` sets the number of examples (40 by default).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from tests.integration.test_fuzz import SCHEMA, SEED, TOPIC, fleet
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = int(os.environ.get("RECON_FUZZ_EXAMPLES") or 16)
+EXAMPLES = int(os.environ.get("RECON_FUZZ_EXAMPLES") or 40)
 KAFKA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                    ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()), ("value", pa.binary())])
 POLICIES = [IntegrityPolicy(OnViolation.FAIL, OnDrift.RECORD), IntegrityPolicy(OnViolation.FAIL, OnDrift.FAIL),
