@@ -245,8 +245,10 @@ def test_the_jvm_engine_emits_the_python_engines_records_and_state(spark, sc):
     assert want_records, "the scenario ran no micro-batch"
 
 
-def _java_jcs_number(spark):
-    """The JVM engine's ``Text.jcsNumber`` (package-private), called by reflection over py4j."""
+@pytest.fixture(scope="module")
+def java_jcs_number(spark):
+    """The JVM engine's ``Text.jcsNumber`` (package-private), looked up once by reflection over
+    py4j and called per example."""
     jvm = spark._jvm
     text = jvm.java.lang.Class.forName("reconstructor.jvm.Text")
     gateway = spark.sparkContext._gateway
@@ -267,9 +269,9 @@ def _java_jcs_number(spark):
 # shortest in Java 17, and String.format("%.Ne") rounds that text, not the double's exact value (the
 # first five: two decimals of the shortest length read back, and only the closer one is RFC 8785's).
 HARD_DOUBLES = [1.94849970549937485e18, 1.06936502495548685e18, 7.8688832549046925e17, 3.1526711628916386e25,
-                1.11811097061618765e18, 2e23, 1.0e-322, 4.9e-324, 5e-324 * 3, 1.7976931348623157e308, 9007199254740993.0, 0.1 + 0.2,
-                123456789012345680.0, 1e21, 1e-7, 1.5e-7, 2.0**-1074 * 12345, 1e22, 5.0e-324 * 2**52,
-                1.2345678901234567e-5]
+                1.11811097061618765e18, 2e23, 1.0e-322, 4.9e-324, 5e-324 * 3, 1.7976931348623157e308,
+                9007199254740993.0, 0.1 + 0.2, 123456789012345680.0, 1e21, 1e-7, 1.5e-7, 2.0**-1074 * 12345, 1e22,
+                5.0e-324 * 2**52, 1.2345678901234567e-5]
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -277,8 +279,8 @@ HARD_DOUBLES = [1.94849970549937485e18, 1.06936502495548685e18, 7.86888325490469
 @given(x=st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(HARD_DOUBLES)
        | st.integers(0, 2**64 - 1).map(lambda bits: struct.unpack("<d", struct.pack("<Q", bits))[0])
        .filter(math.isfinite))
-def test_the_jvm_engine_writes_a_double_in_the_change_log_as_the_core_does(spark, x):
+def test_the_jvm_engine_writes_a_double_in_the_change_log_as_the_core_does(java_jcs_number, x):
     """The chain digests hash each double's RFC 8785 text: one digit apart, the engines' chains part."""
     from reconstructor.core.chain import jcs_number
 
-    assert _java_jcs_number(spark)(x) == jcs_number(x), repr(x)
+    assert java_jcs_number(x) == jcs_number(x), repr(x)
