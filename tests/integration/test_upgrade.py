@@ -1,10 +1,10 @@
 """Upgrades: a checkpoint and tables written by the previous release continue under this one.
 
 The previous release is taken from the repository's own history (``git archive``), run as a user
-runs it (``python -m reconstructor run``) with the same jars and stack; this release then carries
-on from its checkpoint in this process.  The second half of the fleet holds what this release
-reads differently (nulls beside longs, times with offsets), so its new input columns meet the old
-state.
+runs it (``python -m reconstructor run``) with the same stack, under each engine (the JVM engine
+with the previous release's own engine jar, built from its tree); this release then carries on
+from its checkpoint in this process.  The second half of the fleet holds nulls beside longs and
+times with offsets, so new input meets the old state.
 """
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ from pathlib import Path
 
 import pytest
 
+from reconstructor.settings import StatefulEngine
+
 from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.pipeline import assert_exact, produce, read_table, run
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
 #: The last landed release: update it when a release lands.
-PREVIOUS_RELEASE = "05089aa"
+PREVIOUS_RELEASE = "ba93bfd"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,8 +41,25 @@ def _previous_release(into: Path) -> Path:
     return into
 
 
-def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack, spark, run_id, tmp_path):
-    spec = FleetSpec(topic_prefix=f"up{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=20,
+def _previous_jars(old: Path, jars: Path, into: Path) -> Path:
+    """A jars folder for the previous release: this checkout's Kafka and Delta jars beside the
+    previous release's engine jar, built from its own tree as ``make jars`` builds it."""
+    built = into / "build"
+    subprocess.run(["mvn", "-q", "-B", "-o", "-s", str(ROOT / "infra/maven/settings.xml"), "-f",
+                    str(old / "jvm/pom.xml"), f"-Djars.dir={built}", "package"], check=True, capture_output=True,
+                   timeout=600)
+    (into / "spark").mkdir(parents=True)
+    for jar in (jars / "spark").glob("*.jar"):
+        if jar.name != ENGINE_JAR:
+            (into / "spark" / jar.name).symlink_to(jar)
+    (into / "spark" / ENGINE_JAR).symlink_to(built / "spark" / ENGINE_JAR)
+    (into / "kafka").symlink_to(jars / "kafka")
+    return into
+
+
+@pytest.mark.parametrize("engine", list(StatefulEngine), ids=lambda e: e.value)
+def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack, spark, run_id, tmp_path, engine):
+    spec = FleetSpec(topic_prefix=f"up{engine.value}{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=20,
                      updates=60, rows_per_update=2, delete_ratio=0.1, seed=17)
     messages = list(plan_fleet(spec))
     half = len(messages) // 2
@@ -51,24 +71,26 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
         planned.message["ts"] = planned.message["ts"].replace("Z", "+00:00")
     produce(spec, messages[:half], partitions=2)
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
-    pattern = f"up{run_id}-sensor-[0-9]+"
+    pattern = f"up{engine.value}{run_id}-sensor-[0-9]+"
 
     old = _previous_release(tmp_path / "previous")
-    env = {**os.environ, "PYTHONPATH": str(old), "RECON_JARS_DIR": str(stack.jars_dir())}
+    jars = stack.jars_dir()
+    if engine is StatefulEngine.JVM:
+        jars = _previous_jars(old, jars, tmp_path / "previous-jars")
+    env = {**os.environ, "PYTHONPATH": str(old), "RECON_JARS_DIR": str(jars)}
     ran = subprocess.run([sys.executable, "-m", "reconstructor", "run", "--bootstrap-servers",
                           stack.bootstrap_servers(), "--topic-pattern", pattern, "--output", out,
-                          "--checkpoint", chk, "--compact-every", "off"],
+                          "--checkpoint", chk, "--compact-every", "off", "--engine", engine.value],
                          cwd=old, env=env, capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert read_table(spark, out, "row_changes").count() > 0
 
     produce(spec, messages[half:], partitions=2, create=False)
-    run(spark, pattern, out, chk)
+    run(spark, pattern, out, chk, engine=engine)
     assert_exact(spark, out, messages, NAMES)
     longs = {r.reading_count for r in read_table(spark, out, "row_changes").collect()}
     assert 2**63 - 1 in longs and None in longs
-    # The tables took the hash chain's columns; each session's chain starts where this release took
-    # over, after the rows the previous one wrote, and verifies.
+    # Each session's chain runs on across the two releases and verifies.
     verified = subprocess.run([sys.executable, "-m", "reconstructor", "verify", "--output", out],
                               capture_output=True, text=True, timeout=600)
     assert verified.returncode == 0, verified.stderr[-3000:]

@@ -1,10 +1,8 @@
 package reconstructor.jvm;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.streaming.GroupStateTimeout;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.types.StructType;
@@ -29,9 +27,10 @@ public final class Engine {
     boolean instants = Boolean.parseBoolean(
         records.sparkSession().conf().get("spark.sql.datetime.java8API.enabled", "false"));
     Layout in = new Layout(records.schema(), cfg.names, cfg.types, instants);
-    int topic = in.topic, session = in.groupSession;
-    MapFunction<Row, Row> key = r -> RowFactory.create(r.getString(topic), r.isNullAt(session) ? null : r.getString(session));
-    return records.groupByKey(key, Encoders.row(keySchema))
+    // Grouped by the columns themselves, not by a key function: a key function (groupByKey) makes
+    // every input row a Row object in the read stage just to call it.
+    return records.groupBy(records.col("topic"), records.col("group_session"))
+        .as(Encoders.row(keySchema), Encoders.row(records.schema()))
         .flatMapGroupsWithState(new StateFunction(cfg, in, stateSchema, recordsSchema), OutputMode.Append(),
                                 Encoders.row(stateSchema), Encoders.row(recordsSchema),
                                 GroupStateTimeout.ProcessingTimeTimeout());

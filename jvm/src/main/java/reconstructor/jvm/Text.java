@@ -6,6 +6,8 @@ import java.math.RoundingMode;
 import java.util.Comparator;
 import java.util.Locale;
 
+import com.fasterxml.jackson.core.io.NumberOutput;
+
 /**
  * Text exactly as the Python engine writes it: a violation's detail quotes a row id the way
  * Python's {@code repr} does, the change log's digests hash RFC 8785 JSON, and row ids sort by
@@ -80,7 +82,16 @@ final class Text {
    * escaping): quotes, backslashes and control characters escaped, every other letter as it is. */
   static void jsonString(StringBuilder out, String s) {
     out.append('"');
-    for (int i = 0; i < s.length(); i++) {
+    int plain = 0;  // the text before the first character to escape goes in at once
+    while (plain < s.length() && s.charAt(plain) >= 0x20 && s.charAt(plain) != '"' && s.charAt(plain) != '\\') {
+      plain++;
+    }
+    if (plain == s.length()) {
+      out.append(s).append('"');  // a bulk copy; append(s, 0, n) goes a character at a time
+      return;
+    }
+    out.append(s, 0, plain);
+    for (int i = plain; i < s.length(); i++) {
       char c = s.charAt(i);
       switch (c) {
         case '"': out.append("\\\""); break;
@@ -110,20 +121,80 @@ final class Text {
   /**
    * A finite double as RFC 8785 writes it (ECMAScript's Number.prototype.toString): the shortest
    * decimal that reads back as {@code x}, the closest of them to {@code x} (the even one of two),
-   * in plain or exponent form by its magnitude. Java 17's {@code Double.toString} reads back but is
-   * not always the shortest, so its length is only where the search starts. At each length the
-   * candidates are the decimals just below and just above {@code x}'s exact value: if any decimal of
-   * a length reads back, one of those two does (a power of two's interval is lopsided, so the nearer
-   * of the two may not), and so does one a digit longer, so the search stops at the first length
-   * with none.
+   * in plain or exponent form by its magnitude.
+   *
+   * <p>Java 17's {@code Double.toString} reads back but is not always the shortest. Jackson's
+   * Schubfach writer (in the jackson-core Spark ships) is: of the shortest decimals it picks the
+   * closest, the even one of a tie, as ECMAScript does. It departs only where one digit would do,
+   * because it then weighs the two-digit decimals too (JDK 19's rule: {@code 4.9E-324} where
+   * ECMAScript writes {@code 5e-324}), so a result of one or two digits is searched exactly.
    */
   static String jcsNumber(double x) {
     if (x == 0) {
       return "0";
     }
     double abs = Math.abs(x);
+    String java = NumberOutput.toString(abs, true);  // "123.45", "1.0E-5", "1.2345E23"
+    int e = java.indexOf('E');
+    String mantissa = e < 0 ? java : java.substring(0, e);
+    int dot = mantissa.indexOf('.');
+    String all = mantissa.substring(0, dot) + mantissa.substring(dot + 1);
+    int point = dot + (e < 0 ? 0 : Integer.parseInt(java.substring(e + 1)));
+    int lead = 0;
+    while (all.charAt(lead) == '0') {
+      lead++;
+    }
+    int end = all.length();
+    while (all.charAt(end - 1) == '0') {
+      end--;
+    }
+    String digits = all.substring(lead, end);
+    int n = point - lead;  // abs = 0.d1..dk * 10**n
+    if (digits.length() == 2) {  // the two-digit decimal may have been picked over a one-digit one
+      String one = oneDigit(abs, digits.charAt(0) - '0', n);
+      if (one != null) {
+        digits = one.substring(0, 1);
+        n = Integer.parseInt(one.substring(1));
+      }
+    }
+    return (x < 0 ? "-" : "") + ecmaScript(digits, n);
+  }
+
+  /** Of the one-digit decimals around {@code abs} (whose two-digit one is {@code 0.d? * 10**n}),
+   * the one that reads back as {@code abs}, the closer of two (searched exactly, as they are rare),
+   * as its digit followed by its {@code n}; or null if none reads back. */
+  private static String oneDigit(double abs, int d, int n) {
+    boolean below = Double.parseDouble(d + "e" + (n - 1)) == abs;
+    boolean above = Double.parseDouble((d + 1) + "e" + (n - 1)) == abs;
+    if (below && above) {
+      BigDecimal best = shortestNearest(abs, 1);
+      return best.unscaledValue() + "" + (1 - best.scale());
+    }
+    return below ? d + "" + n : above ? (d == 9 ? "1" + (n + 1) : (d + 1) + "" + n) : null;
+  }
+
+  /** {@code 0.digits * 10**n} as ECMAScript writes a number: plain from 1e-6 up to 1e21, else with
+   * an exponent. */
+  private static String ecmaScript(String digits, int n) {
+    int k = digits.length();
+    if (k <= n && n <= 21) {
+      return digits + "0".repeat(n - k);
+    } else if (0 < n && n <= 21) {
+      return digits.substring(0, n) + "." + digits.substring(n);
+    } else if (-6 < n && n <= 0) {
+      return "0." + "0".repeat(-n) + digits;
+    }
+    int e = n - 1;
+    return digits.charAt(0) + (k > 1 ? "." + digits.substring(1) : "") + "e" + (e >= 0 ? "+" : "-") + Math.abs(e);
+  }
+
+  /** The shortest decimal of at most {@code p} digits that reads back as {@code abs}, the closest
+   * of them (the even one of a tie), found exactly: at each length the candidates are the decimals
+   * just below and just above {@code abs}'s exact value (if any decimal of a length reads back, one
+   * of those two does; a power of two's interval is lopsided, so the nearer may not), and so does
+   * one a digit longer, so the search stops at the first length with none. */
+  private static BigDecimal shortestNearest(double abs, int p) {
     BigDecimal exact = new BigDecimal(abs);
-    int p = new BigDecimal(Double.toString(abs)).stripTrailingZeros().precision();
     BigDecimal best = closestReadingBack(exact, abs, p);
     while (p > 1) {
       BigDecimal shorter = closestReadingBack(exact, abs, p - 1);
@@ -133,21 +204,7 @@ final class Text {
       best = shorter;
       p--;
     }
-    best = best.stripTrailingZeros();
-    String digits = best.unscaledValue().toString();
-    int k = digits.length(), n = k - best.scale();  // abs = 0.d1..dk * 10**n
-    String text;
-    if (k <= n && n <= 21) {
-      text = digits + "0".repeat(n - k);
-    } else if (0 < n && n <= 21) {
-      text = digits.substring(0, n) + "." + digits.substring(n);
-    } else if (-6 < n && n <= 0) {
-      text = "0." + "0".repeat(-n) + digits;
-    } else {
-      int e = n - 1;
-      text = digits.charAt(0) + (k > 1 ? "." + digits.substring(1) : "") + "e" + (e >= 0 ? "+" : "-") + Math.abs(e);
-    }
-    return (x < 0 ? "-" : "") + text;
+    return best.stripTrailingZeros();
   }
 
   /** Of the decimals of {@code digits} significant digits just below and above {@code exact}, the
