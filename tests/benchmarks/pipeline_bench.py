@@ -20,6 +20,8 @@ the same batches:
   1. a projection of the parsed records to Spark's ``noop`` sink (no state);
   2. a stateful operator with no Python (Spark's streaming aggregation) to ``noop``;
   3. the JVM engine's stateful step (``jvm-engine``) to ``noop``: its target is 1.5x the aggregation;
+     beside it a trivial ``flatMapGroupsWithState`` over the same input (``jvm-trivial``: count a
+     group's rows), which is what Spark's operator costs there whatever the function does;
   4. a trivial ``applyInPandasWithState`` function (count a group's rows into a long) to ``noop``:
      what the engine costs per group, whatever the function does;
   5. the Python engine's stateful step (``stateful``) to ``noop``;
@@ -70,22 +72,24 @@ def _spark(shuffle_partitions: int | None, extra_jar: Path | None = None):
                        shuffle_partitions=shuffle_partitions, conf=conf)
 
 
-PROTOTYPE = Path(__file__).parent / "jvm" / "StateStepPrototype.java"
+#: The floor's JVM variants: the prototype of the step and the trivial step (``jvm/``).
+JVM_SOURCES = sorted((Path(__file__).parent / "jvm").glob("*.java"))
+JVM_VARIANTS = ("jvm-prototype", "jvm-trivial")
 
 
 def _jvm_prototype(work: Path) -> Path | None:
-    """The JVM state-step prototype compiled against pyspark's own jars (``javac`` from the JDK);
-    None, with a line, when there is no ``javac``."""
+    """The floor's JVM variants (``JVM_SOURCES``) compiled against pyspark's own jars (``javac``
+    from the JDK); None, with a line, when there is no ``javac``."""
     import pyspark
 
     javac = shutil.which("javac")
     if javac is None:
-        print("no javac on PATH: the floor runs without the jvm-prototype variant", flush=True)
+        print("no javac on PATH: the floor runs without the jvm-prototype and jvm-trivial variants", flush=True)
         return None
     classes = work / "jvm-classes"
     classes.mkdir(parents=True, exist_ok=True)
     jars = Path(pyspark.__file__).parent / "jars"
-    subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", f"{jars}/*", str(PROTOTYPE)], check=True)
+    subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", f"{jars}/*", *map(str, JVM_SOURCES)], check=True)
     return classes
 
 
@@ -306,6 +310,11 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
 
         inputs = reconstruct_inputs(parsed, schema, with_values=False)
         frame = DataFrame(spark._jvm.reconstructor.bench.StateStepPrototype.apply(inputs._jdf), spark)
+    elif name == "jvm-trivial":
+        from pyspark.sql import DataFrame
+
+        # The JVM engine's input, grouped as it groups it, each group's rows only counted.
+        frame = DataFrame(spark._jvm.reconstructor.bench.TrivialStateStep.apply(parsed._jdf), spark)
     elif name == "jvm-aggregate":
         # A stateful operator with no Python: Spark's streaming aggregation keeps a row per group
         # in the same state store, so its cost per group is the engine's without pyspark.
@@ -333,8 +342,8 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     return _noop_run(spark, frame, root), {}
 
 
-FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-prototype", "jvm-engine", "trivial", "trivial-wide",
-                  "stateful", "reconstructor", "reconstructor-jvm")
+FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-trivial", "jvm-prototype", "jvm-engine", "trivial",
+                  "trivial-wide", "stateful", "reconstructor", "reconstructor-jvm")
 
 
 def _live_fleet(prefix: str, topics: list[str], sessions: int, rows: int, rounds: int) -> list[Planned]:
@@ -461,6 +470,8 @@ def floor(spark, args, work: Path) -> dict:
            "ms_per_group": per_group,
            "ratio_jvm_engine_to_jvm_aggregate": ratio("jvm-engine", "jvm-aggregate"),
            "ratio_jvm_engine_to_projection": ratio("jvm-engine", "projection"),
+           "ratio_jvm_trivial_to_jvm_aggregate": ratio("jvm-trivial", "jvm-aggregate"),
+           "ratio_jvm_engine_to_jvm_trivial": ratio("jvm-engine", "jvm-trivial"),
            "ratio_stateful_to_jvm_engine": ratio("stateful", "jvm-engine"),
            "ratio_stateful_to_trivial": ratio("stateful", "trivial"),
            "ratio_stateful_to_trivial_wide": ratio("stateful", "trivial-wide"),
@@ -493,6 +504,10 @@ def _print_floor(f: dict) -> None:
     show("ratio_jvm_engine_to_jvm_aggregate", "JVM engine's stateful step / JVM streaming aggregation "
          "(target <= 1.5)")
     show("ratio_jvm_engine_to_projection", "JVM engine's stateful step / projection")
+    show("ratio_jvm_trivial_to_jvm_aggregate", "trivial JVM stateful step over the engine's input / JVM streaming "
+         "aggregation (the engine's share of the target)")
+    show("ratio_jvm_engine_to_jvm_trivial", "JVM engine's stateful step / trivial JVM stateful step over its input "
+         "(the reconstructor's function)")
     show("ratio_jvm_engine_to_jvm_prototype", "JVM engine's stateful step / JVM state-step prototype")
     show("ratio_stateful_to_jvm_engine", "Python engine's stateful step / JVM engine's")
     show("ratio_stateful_to_trivial", "Python engine's stateful step / trivial applyInPandasWithState")
@@ -685,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="recon-bench-"))
     prototype = _jvm_prototype(work) if args.which in ("all", "floor") else None
     if prototype is None:
-        args.floor_variants = [v for v in args.floor_variants if v != "jvm-prototype"]
+        args.floor_variants = [v for v in args.floor_variants if v not in JVM_VARIANTS]
     spark = _spark(args.shuffle_partitions, prototype)
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "spark": spark.version, "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions")},
