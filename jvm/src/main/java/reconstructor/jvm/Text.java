@@ -127,7 +127,8 @@ final class Text {
    * Schubfach writer (in the jackson-core Spark ships) is: of the shortest decimals it picks the
    * closest, the even one of a tie, as ECMAScript does. It departs only where one digit would do,
    * because it then weighs the two-digit decimals too (JDK 19's rule: {@code 4.9E-324} where
-   * ECMAScript writes {@code 5e-324}), so a result of one or two digits is searched exactly.
+   * ECMAScript writes {@code 5e-324}), so a two-digit result is checked against the one-digit
+   * decimals either side of it.
    */
   static String jcsNumber(double x) {
     if (x == 0) {
