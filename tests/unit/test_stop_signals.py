@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import types
-from unittest import mock
 
 import pytest
 
@@ -169,7 +168,11 @@ def _await(monkeypatch, **query) -> tuple[StoppedBySignal, Query, Clock]:
     monkeypatch.setattr(pipeline, "time", types.SimpleNamespace(monotonic=clock.monotonic))
     monkeypatch.setattr(pipeline, "_bounded", lambda call, seconds, stop=None: call())
     q = Query(clock, request, **query)
-    running = pipeline.RunningPipeline(q, types.SimpleNamespace(violation=None, spark=mock.MagicMock()))
+    # The sinks' SparkSession is only handed to ``_mute_engine`` (before a batch is abandoned): a
+    # marker object, and ``q.muted`` records what was muted.
+    spark, q.muted = object(), []
+    monkeypatch.setattr(pipeline, "_mute_engine", lambda session: q.muted.append(session is spark))
+    running = pipeline.RunningPipeline(q, types.SimpleNamespace(violation=None, spark=spark))
     with pytest.raises(StoppedBySignal) as stopped:
         running.await_termination(poll_s=0.5, stop=request)
     return stopped.value, q, clock
@@ -177,19 +180,20 @@ def _await(monkeypatch, **query) -> tuple[StoppedBySignal, Query, Clock]:
 
 def test_between_batches_the_query_stops_at_once(monkeypatch):
     stopped, q, clock = _await(monkeypatch, in_flight=False, signals=[(1001.0, signal.SIGTERM)])
-    assert q.stopped and clock.now - 1001.0 < 1
+    assert q.stopped and clock.now - 1001.0 < 1 and q.muted == []
     assert str(stopped) == "stopped by SIGTERM: after batch 4" and stopped.exit_code == 143
 
 
 def test_a_batch_that_ends_within_the_grace_is_committed_first(monkeypatch):
     stopped, q, clock = _await(monkeypatch, in_flight=True, runs_for=6.0, signals=[(1001.0, signal.SIGINT)])
-    assert q.stopped and 1006.0 <= clock.now < 1001.0 + STOP_GRACE.total_seconds()
+    assert q.stopped and 1006.0 <= clock.now < 1001.0 + STOP_GRACE.total_seconds() and q.muted == []
     assert str(stopped) == "stopped by SIGINT: after batch 5" and stopped.exit_code == 130
 
 
 def test_a_batch_longer_than_the_grace_is_abandoned(monkeypatch):
     stopped, q, clock = _await(monkeypatch, in_flight=True, signals=[(1001.0, signal.SIGTERM)])
     assert q.stopped and clock.now == pytest.approx(1001.0 + STOP_GRACE.total_seconds(), abs=0.6)
+    assert q.muted == [True]  # the engine's own report of the interrupted batch is silenced
     assert str(stopped) == ("stopped by SIGTERM: after batch 4; the batch in flight was abandoned after the "
                             "10s grace and the next run runs it again")
 
@@ -197,7 +201,7 @@ def test_a_batch_longer_than_the_grace_is_abandoned(monkeypatch):
 def test_a_second_signal_abandons_the_batch_in_flight_at_once(monkeypatch):
     stopped, q, clock = _await(monkeypatch, in_flight=True,
                                signals=[(1001.0, signal.SIGTERM), (1003.0, signal.SIGTERM)])
-    assert q.stopped and clock.now < 1004.0
+    assert q.stopped and clock.now < 1004.0 and q.muted == [True]
     assert "abandoned on a second signal" in str(stopped) and stopped.exit_code == 143
 
 
