@@ -77,7 +77,7 @@ JVM_SOURCES = sorted((Path(__file__).parent / "jvm").glob("*.java"))
 JVM_VARIANTS = ("jvm-prototype", "jvm-trivial")
 
 
-def _jvm_prototype(work: Path) -> Path | None:
+def _jvm_classes(work: Path) -> Path | None:
     """The floor's JVM variants (``JVM_SOURCES``) compiled against pyspark's own jars (``javac``
     from the JDK); None, with a line, when there is no ``javac``."""
     import pyspark
@@ -698,10 +698,10 @@ def main(argv: list[str] | None = None) -> int:
 
     localstack.up()
     work = Path(tempfile.mkdtemp(prefix="recon-bench-"))
-    prototype = _jvm_prototype(work) if args.which in ("all", "floor") else None
-    if prototype is None:
+    classes = _jvm_classes(work) if args.which in ("all", "floor") else None
+    if classes is None:
         args.floor_variants = [v for v in args.floor_variants if v not in JVM_VARIANTS]
-    spark = _spark(args.shuffle_partitions, prototype)
+    spark = _spark(args.shuffle_partitions, classes)
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "spark": spark.version, "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions")},
            "started": dt.datetime.now(dt.timezone.utc).isoformat()}

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from reconstructor.settings import StatefulEngine
-
 from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.settings import StatefulEngine
 from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.pipeline import assert_exact, produce, read_table, run
 

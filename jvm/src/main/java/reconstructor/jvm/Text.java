@@ -152,26 +152,26 @@ final class Text {
     String digits = all.substring(lead, end);
     int n = point - lead;  // abs = 0.d1..dk * 10**n
     if (digits.length() == 2) {  // the two-digit decimal may have been picked over a one-digit one
-      String one = oneDigit(abs, digits.charAt(0) - '0', n);
+      BigDecimal one = oneDigit(abs, digits.charAt(0) - '0', n);
       if (one != null) {
-        digits = one.substring(0, 1);
-        n = Integer.parseInt(one.substring(1));
+        digits = one.unscaledValue().toString();
+        n = 1 - one.scale();
       }
     }
     return (x < 0 ? "-" : "") + ecmaScript(digits, n);
   }
 
   /** Of the one-digit decimals around {@code abs} (whose two-digit one is {@code 0.d? * 10**n}),
-   * the one that reads back as {@code abs}, the closer of two (searched exactly, as they are rare),
-   * as its digit followed by its {@code n}; or null if none reads back. */
-  private static String oneDigit(double abs, int d, int n) {
-    boolean below = Double.parseDouble(d + "e" + (n - 1)) == abs;
-    boolean above = Double.parseDouble((d + 1) + "e" + (n - 1)) == abs;
-    if (below && above) {
-      BigDecimal best = shortestNearest(abs, 1);
-      return best.unscaledValue() + "" + (1 - best.scale());
+   * the one that reads back as {@code abs}, the closer of two (searched exactly, as they are rare);
+   * or null if none reads back. */
+  private static BigDecimal oneDigit(double abs, int d, int n) {
+    BigDecimal below = BigDecimal.valueOf(d, 1 - n);
+    BigDecimal above = BigDecimal.valueOf(d + 1, 1 - n).stripTrailingZeros();  // 10 * 10**(n-1) is 1 * 10**n
+    boolean belowReads = below.doubleValue() == abs, aboveReads = above.doubleValue() == abs;
+    if (belowReads && aboveReads) {
+      return shortestNearest(abs, 1);
     }
-    return below ? d + "" + n : above ? (d == 9 ? "1" + (n + 1) : (d + 1) + "" + n) : null;
+    return belowReads ? below : aboveReads ? above : null;
   }
 
   /** {@code 0.digits * 10**n} as ECMAScript writes a number: plain from 1e-6 up to 1e21, else with
