@@ -18,7 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.settings import Settings
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
-from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest
+from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest, StopStep
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.chain_seeds import chain_seeds
 from reconstructor.spark.checkpoint import checkpoint_state
@@ -106,24 +106,24 @@ class RunningPipeline:
         (bounded), and return the error that ends the run.  The query's own failure meanwhile is
         raised as it is (a violation is still exit 3)."""
         at_signal = (self.last_progress() or {}).get("batchId")
-        in_flight = False
         while True:
             progress = self.last_progress()
             report(progress)
-            finished = (progress or {}).get("batchId") != at_signal  # a trigger ended since
-            in_flight = not finished and bool(self.query.status.get("isTriggerActive"))
-            if not stop.waits(in_flight, time.monotonic()):
+            step = stop.next_step(at_signal, progress, bool(self.query.status.get("isTriggerActive")),
+                                  time.monotonic())
+            if step is not StopStep.WAIT:
                 break
             if self.query.awaitTermination(0.1):
-                in_flight = False
+                step = StopStep.STOP
                 break
+        abandoned = step is StopStep.ABANDON
         try:
-            if in_flight:
+            if abandoned:
                 _mute_engine(self.sinks.spark)
             self.stop(within=STOP_TIMEOUT.total_seconds(), stop=stop)
         except Exception:  # noqa: BLE001 - the engine went away under the signal: nothing to stop
-            in_flight = True
-        return stop.stopped(abandoned=in_flight)
+            abandoned = True
+        return stop.stopped(abandoned=abandoned)
 
     def stop(self, *, within: float | None = None, stop: StopRequest | None = None) -> None:
         """Stop the query (if still running), then the compactor, waiting for a run in progress.

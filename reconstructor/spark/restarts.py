@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import enum
 import os
 import signal
 import threading
@@ -108,6 +109,14 @@ class Restarts:
         return f"restart {self.used}/{self.attempts} in {seconds_text(delay)} after: {text}"
 
 
+class StopStep(enum.Enum):
+    """The await loop's move after a stop signal (``StopRequest.next_step``)."""
+
+    WAIT = "wait"  # a batch in flight, within the grace: look again shortly
+    STOP = "stop"  # nothing in flight: stop the query
+    ABANDON = "abandon"  # stop the query under its batch in flight (past the grace, or a second signal)
+
+
 @dataclass
 class StopRequest:
     """The stop signals a run received and where its query stands: the handler records them, the
@@ -146,6 +155,16 @@ class StopRequest:
         """Whether the run still waits for its batch in flight before it stops the query."""
         return (in_flight and self.requested and not self.at_once
                 and now - self.received_at < grace.total_seconds())
+
+    def next_step(self, at_signal: int | None, progress: dict | None, trigger_active: bool, now: float,
+                  grace: dt.timedelta = STOP_GRACE) -> StopStep:
+        """What the await loop does at one look at its query after a signal: ``at_signal`` is the
+        batch id its last progress named when the signal came, ``progress`` and ``trigger_active``
+        what it names and says now.  A trigger that ended since leaves nothing in flight."""
+        in_flight = trigger_active and (progress or {}).get("batchId") == at_signal
+        if self.waits(in_flight, now, grace):
+            return StopStep.WAIT
+        return StopStep.ABANDON if in_flight else StopStep.STOP
 
     def where(self, abandoned: bool = False, grace: dt.timedelta = STOP_GRACE) -> str:
         """Where the run stopped, for its line: "after batch 7", and what became of a batch in flight."""

@@ -1,5 +1,6 @@
 """SIGINT and SIGTERM on a run: the exit codes, what the handler does when, the grace a batch in
-flight gets (over a stand-in for the streaming query: no Spark), and the one line."""
+flight gets (the await loop's moves, as pure decisions), and the one line.  The loop itself, over a
+real query, is ``tests/integration/test_signals.py``'s."""
 
 from __future__ import annotations
 
@@ -9,15 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-import types
 
 import pytest
 
 from reconstructor.cli import app as cli
-from reconstructor.spark import pipeline
 from reconstructor.errors import EXIT_SIGINT, EXIT_SIGTERM, StoppedBySignal
-from reconstructor.spark.restarts import (STOP_GRACE, Restarts, StopRequest, StopSignals, engine_ignores_sigterm,
-                                    transient)
+from reconstructor.spark.restarts import (STOP_GRACE, Restarts, StopRequest, StopSignals, StopStep,
+                                         engine_ignores_sigterm, transient)
 
 SECOND = dt.timedelta(seconds=1)
 RAN = {"batchId": 7, "durationMs": {"addBatch": 120, "triggerExecution": 300}}
@@ -116,97 +115,49 @@ def test_the_cli_ends_a_stop_or_an_interrupt_with_one_line_and_its_exit_code(mon
     assert capsys.readouterr().err == "reconstructor: stopped by SIGINT: interrupted before it finished\n"
 
 
-# ---- the await loop over a stand-in for the streaming query --------------------------------------
+# ---- the await loop's moves after a signal (``StopRequest.next_step``) ------------------------------
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
+def _progress(batch: int) -> dict:
+    return {"batchId": batch, "durationMs": {"addBatch": 5, "triggerExecution": 9}}
 
 
-class Query:
-    """A streaming query that commits ``batch`` and then runs the next one for ``runs_for`` seconds
-    of the clock (forever when None), with ``signal_at`` the clock's time a signal arrives."""
-
-    def __init__(self, clock: Clock, request: StopRequest, *, in_flight: bool, runs_for: float | None = None,
-                 signals: tuple = (), fails: BaseException | None = None):
-        self.clock, self.request = clock, request
-        self.batch, self.in_flight, self.runs_for = 4, in_flight, runs_for
-        self.signals, self.fails = list(signals), fails
-        self.started = clock.now
-        self.stopped = False
-
-    def awaitTermination(self, timeout=None):
-        self.clock.now += timeout or 0
-        while self.signals and self.signals[0][0] <= self.clock.now:
-            _, sig = self.signals.pop(0)
-            assert not self.request.receive(sig, self.clock.now)  # the handler raises nothing
-        if self.fails is not None and self.request.requested:
-            raise self.fails
-        if (self.in_flight and self.runs_for is not None
-                and self.clock.now - self.started >= self.runs_for):
-            self.batch, self.in_flight = self.batch + 1, False
-        return self.stopped
-
-    @property
-    def lastProgress(self):
-        return {"batchId": self.batch, "durationMs": {"addBatch": 5, "triggerExecution": 9}}
-
-    @property
-    def status(self):
-        return {"isTriggerActive": self.in_flight}
-
-    def stop(self):
-        self.stopped = True
+def _signalled(*at: float) -> StopRequest:
+    request = StopRequest(awaiting=True)
+    for now in at:
+        request.receive(signal.SIGTERM, now)
+    return request
 
 
-def _await(monkeypatch, **query) -> tuple[StoppedBySignal, Query, Clock]:
-    clock, request = Clock(), StopRequest()
-    monkeypatch.setattr(pipeline, "time", types.SimpleNamespace(monotonic=clock.monotonic))
-    monkeypatch.setattr(pipeline, "_bounded", lambda call, seconds, stop=None: call())
-    q = Query(clock, request, **query)
-    # The sinks' SparkSession is only handed to ``_mute_engine`` (before a batch is abandoned): a
-    # marker object, and ``q.muted`` records what was muted.
-    spark, q.muted = object(), []
-    monkeypatch.setattr(pipeline, "_mute_engine", lambda session: q.muted.append(session is spark))
-    running = pipeline.RunningPipeline(q, types.SimpleNamespace(violation=None, spark=spark))
-    with pytest.raises(StoppedBySignal) as stopped:
-        running.await_termination(poll_s=0.5, stop=request)
-    return stopped.value, q, clock
+def test_between_batches_the_query_stops_at_once():
+    request = _signalled(1001.0)
+    assert request.next_step(4, _progress(4), trigger_active=False, now=1001.0) is StopStep.STOP
+    assert request.next_step(None, None, trigger_active=False, now=1001.0) is StopStep.STOP
 
 
-def test_between_batches_the_query_stops_at_once(monkeypatch):
-    stopped, q, clock = _await(monkeypatch, in_flight=False, signals=[(1001.0, signal.SIGTERM)])
-    assert q.stopped and clock.now - 1001.0 < 1 and q.muted == []
-    assert str(stopped) == "stopped by SIGTERM: after batch 4" and stopped.exit_code == 143
+def test_a_batch_that_ends_within_the_grace_is_committed_first():
+    request = _signalled(1001.0)
+    assert request.next_step(4, _progress(4), trigger_active=True, now=1001.0) is StopStep.WAIT
+    assert request.next_step(4, _progress(4), trigger_active=True, now=1006.0) is StopStep.WAIT
+    # batch 5 committed and the next trigger already began: that one is not waited for
+    assert request.next_step(4, _progress(5), trigger_active=True, now=1006.5) is StopStep.STOP
+    request.progressed(_progress(5))
+    assert str(request.stopped(abandoned=False)) == "stopped by SIGTERM: after batch 5"
 
 
-def test_a_batch_that_ends_within_the_grace_is_committed_first(monkeypatch):
-    stopped, q, clock = _await(monkeypatch, in_flight=True, runs_for=6.0, signals=[(1001.0, signal.SIGINT)])
-    assert q.stopped and 1006.0 <= clock.now < 1001.0 + STOP_GRACE.total_seconds() and q.muted == []
-    assert str(stopped) == "stopped by SIGINT: after batch 5" and stopped.exit_code == 130
+def test_a_batch_longer_than_the_grace_is_abandoned():
+    request = _signalled(1001.0)
+    grace = STOP_GRACE.total_seconds()
+    assert request.next_step(4, _progress(4), trigger_active=True, now=1001.0 + grace - 0.1) is StopStep.WAIT
+    assert request.next_step(4, _progress(4), trigger_active=True, now=1001.0 + grace) is StopStep.ABANDON
+    request.progressed(_progress(4))
+    assert str(request.stopped(abandoned=True)) == (
+        "stopped by SIGTERM: after batch 4; the batch in flight was abandoned after the 10s grace and the next "
+        "run runs it again")
 
 
-def test_a_batch_longer_than_the_grace_is_abandoned(monkeypatch):
-    stopped, q, clock = _await(monkeypatch, in_flight=True, signals=[(1001.0, signal.SIGTERM)])
-    assert q.stopped and clock.now == pytest.approx(1001.0 + STOP_GRACE.total_seconds(), abs=0.6)
-    assert q.muted == [True]  # the engine's own report of the interrupted batch is silenced
-    assert str(stopped) == ("stopped by SIGTERM: after batch 4; the batch in flight was abandoned after the "
-                            "10s grace and the next run runs it again")
-
-
-def test_a_second_signal_abandons_the_batch_in_flight_at_once(monkeypatch):
-    stopped, q, clock = _await(monkeypatch, in_flight=True,
-                               signals=[(1001.0, signal.SIGTERM), (1003.0, signal.SIGTERM)])
-    assert q.stopped and clock.now < 1004.0 and q.muted == [True]
-    assert "abandoned on a second signal" in str(stopped) and stopped.exit_code == 143
-
-
-def test_a_failure_after_the_signal_is_the_stop_never_a_restart(monkeypatch):
-    # e.g. a driver JVM that got the SIGTERM too and went away
-    stopped, q, clock = _await(monkeypatch, in_flight=True, signals=[(1001.0, signal.SIGTERM)],
-                               fails=RuntimeError("Answer from Java side is empty"))
-    assert stopped.exit_code == 143 and "abandoned" in str(stopped)
+def test_a_second_signal_abandons_the_batch_in_flight_at_once():
+    request = _signalled(1001.0, 1003.0)
+    assert request.next_step(4, _progress(4), trigger_active=True, now=1003.0) is StopStep.ABANDON
+    assert request.next_step(4, _progress(4), trigger_active=False, now=1003.0) is StopStep.STOP
+    assert "abandoned on a second signal" in str(request.stopped(abandoned=True))
