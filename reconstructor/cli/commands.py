@@ -50,6 +50,7 @@ def _spark(cfg: Settings, app: str, signals: StopSignals | None = None):
 def _validated_stream(cfg: Settings) -> None:
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
     validate.topic_pattern(cfg.topic_pattern)
+    validate.resync_topic(cfg.resync_topic, cfg.topic_pattern)
     validate.kafka_options(cfg.kafka)
     validate.starting_offsets(cfg.starting_offsets)
     validate.state_outlasts_timeout(cfg.state_retention, cfg.session_timeout)
@@ -78,6 +79,8 @@ def _stream_into(cfg: Settings, app: str, progress, metrics: MetricsExport | Non
     after a transient failure (the checks before Spark starts run once: a restart only starts).
     SIGINT and SIGTERM (``signals``) stop it, never to restart (``StopRequest``)."""
     validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
+    if not replay:  # a replay never sends requests
+        validate.resync_topic_exists(cfg.bootstrap_servers, cfg.kafka, cfg.resync_topic)
     lease = _writer_lease(cfg, "replay" if replay else "run", cfg.checkpoint)
     try:
         return _stream_leased(cfg, app, progress, metrics, replay=replay, restarts=restarts,

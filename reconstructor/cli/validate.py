@@ -30,6 +30,21 @@ def topic_pattern(pattern: str) -> str:
     return pattern
 
 
+def resync_topic(topic: str | None, pattern: str | None) -> None:
+    """A resync topic is a Kafka topic name, and not one the run reads: it would read its own
+    requests as sensor messages."""
+    from reconstructor.spark.source import anchored
+
+    if topic is None:
+        return
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic) or topic in (".", ".."):
+        raise UsageError(f"--resync-topic {topic!r} is not a Kafka topic name (letters, digits, '.', '_', "
+                         "'-'; at most 249)")
+    if pattern is not None and re.match(anchored(pattern), topic):
+        raise UsageError(f"--resync-topic {topic!r} is matched by --topic-pattern {pattern!r}: the run "
+                         "would read its own resync requests; pick a topic outside the pattern")
+
+
 def starting_offsets(value: str) -> str:
     if value in ("earliest", "latest"):
         return value
@@ -130,6 +145,22 @@ def broker_reachable(bootstrap: str, kafka_options: dict[str, str], timeout_s: f
         raise kafka_down(bootstrap) from None
     # Outside the handler: no "Failed to get metadata" cause, which reads as a broker down.
     raise kafka_refuses(bootstrap, conf.get("security.protocol", "PLAINTEXT"), refused)
+
+
+def resync_topic_exists(bootstrap: str, kafka_options: dict[str, str], topic: str | None,
+                        timeout_s: float = 10.0) -> None:
+    """The resync topic is there before the run starts: a producer to a missing topic waits a
+    minute inside a batch before it fails, and a broker that creates topics on first use would
+    create it with its defaults."""
+    if topic is None:
+        return
+    try:
+        found = topic in broker_metadata(bootstrap, timeout_s, librdkafka_settings(kafka_options)).topics
+    except Exception:  # noqa: BLE001 - broker_reachable has said what is wrong with the broker
+        return
+    if not found:
+        raise UsageError(f"--resync-topic {topic!r} does not exist on {bootstrap}: create it (the sensors "
+                         "read their requests from it), then start the run")
 
 
 def s3_endpoint_reachable(endpoint: str | None, *locations: str | None, timeout_s: float = 5.0) -> None:

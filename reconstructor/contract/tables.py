@@ -146,11 +146,16 @@ CURRENT_ROWS_FIELDS = (
     ("updated_at", "TIMESTAMP"),
 )
 
+#: The ``sessions`` column that only the resync requests write.
+RESYNC_REQUESTED_AT = "resync_requested_at"
+
 SESSIONS_FIELDS = (
     ("topic", "STRING NOT NULL"), ("session", "STRING NOT NULL"),
     *[(f.column, f.column_type) for f in SESSION_FIELDS],
     ("updated_at", "TIMESTAMP"),
     ("chain_head", "STRING"),  # the digest of the session's last message with rows (``core.chain``)
+    # When the session's sensor was last asked for a snapshot (``--resync-topic``; ``core.resync``).
+    (RESYNC_REQUESTED_AT, "TIMESTAMP"),
 )
 
 

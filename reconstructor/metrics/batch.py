@@ -25,6 +25,8 @@ class BatchCounts:
 
     sessions: Mapping[str, int] = field(default_factory=dict)
     violations: Mapping[str, int] = field(default_factory=dict)
+    #: Resync requests the batch sent to ``--resync-topic``.
+    resync_requests: int = 0
 
 
 NO_COUNTS = BatchCounts()
@@ -83,6 +85,7 @@ class BatchMetrics:
     kafka_lag: dict[tuple[str, int], int] | None
     sessions: dict[str, int]
     violations: dict[str, int]
+    resync_requests: int
     state_rows: int | None
     state_memory_bytes: int | None
     state_metrics: dict[str, float]
@@ -102,6 +105,7 @@ class BatchMetrics:
                 "duration_seconds": self.duration_seconds, "records_per_second": self.records_per_second,
                 "kafka_lag": lag, "kafka_lag_total": self.total_lag,
                 "sessions": self.sessions, "violations": self.violations,
+                "resync_requests": self.resync_requests,
                 "state_rows": self.state_rows, "state_memory_bytes": self.state_memory_bytes,
                 "state_metrics": self.state_metrics}
 
@@ -123,6 +127,7 @@ def batch_metrics(progress: Mapping, counts: BatchCounts = NO_COUNTS) -> BatchMe
         kafka_lag=kafka_lag(progress),
         sessions={s: int(counts.sessions.get(s, 0)) for s in STATUSES},
         violations={k: int(n) for k, n in counts.violations.items() if n},
+        resync_requests=int(counts.resync_requests),
         state_rows=int(state["numRowsTotal"]) if "numRowsTotal" in state else None,
         state_memory_bytes=int(state["memoryUsedBytes"]) if "memoryUsedBytes" in state else None,
         state_metrics={str(k): _number(v) for k, v in sorted(custom.items()) if not _per_partition(str(k))},
@@ -143,6 +148,7 @@ class RunTotals:
     records_read: int = 0
     sessions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
     violations: dict[str, int] = field(default_factory=dict)
+    resync_requests: int = 0
     last: BatchMetrics | None = None
 
     def add(self, batch: BatchMetrics) -> None:
@@ -152,6 +158,7 @@ class RunTotals:
             self.sessions[status] = self.sessions.get(status, 0) + n
         for kind, n in batch.violations.items():
             self.violations[kind] = self.violations.get(kind, 0) + n
+        self.resync_requests += batch.resync_requests
         if batch.kafka_lag is None and self.last is not None:
             # A batch planned without the broker's offsets leaves the lag as last seen.
             batch = replace(batch, kafka_lag=self.last.kafka_lag)

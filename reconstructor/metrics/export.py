@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from dataclasses import replace
 from typing import IO, Iterator, Mapping
 
 from prometheus_client import start_http_server
@@ -88,7 +89,7 @@ class MetricsExport:
     def snapshot(self) -> RunTotals:
         with self._lock:
             t = self.totals
-            return RunTotals(t.batches, t.records_read, dict(t.sessions), dict(t.violations), t.last)
+            return replace(t, sessions=dict(t.sessions), violations=dict(t.violations))
 
     def close(self) -> None:
         with self._lock:
@@ -132,6 +133,8 @@ class _TotalsCollector(Collector):
         for kind, n in sorted(t.violations.items()):
             violations.add_metric([kind], n)
         yield violations
+        yield CounterMetricFamily(f"{PREFIX}resync_requests", "Resync requests sent to the resync topic "
+                                  "for quarantined sessions", value=t.resync_requests)
         last = t.last
         if last is None:
             return

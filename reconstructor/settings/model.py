@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
+from reconstructor.core.resync import DEFAULT_RESYNC_INTERVAL
 from reconstructor.settings.durations import (AVAILABLE_NOW, SAFE_VACUUM_RETENTION, Duration, Trigger,
                                               duration_text)
 from reconstructor.settings.secrets import redact
@@ -111,6 +112,13 @@ class Settings(BaseModel):
     on_violation: OnViolation = setting(
         OnViolation.FAIL, "fail: stop on the first violation; quarantine: set the session aside, "
         "record its records in the violations table, resync it at its next snapshot", commands=_STREAM)
+    resync_topic: str | None = setting(
+        None, "ask a quarantined session's sensor for a snapshot: one JSON request per session, keyed by "
+        "its id, to this Kafka topic (at least once; never from a replay; not a topic --topic-pattern "
+        "reads)", metavar="TOPIC", commands=(RUN, CONFIG), shown="off")
+    resync_interval: Duration = setting(
+        Duration(duration_text(DEFAULT_RESYNC_INTERVAL)), "how often a session that stays quarantined "
+        "is asked again (while its records keep arriving)", metavar="DURATION", commands=(RUN, CONFIG))
     on_drift: OnDrift = setting(
         OnDrift.RECORD, "a snapshot that differs from the table rebuilt from the updates: record a "
         "SNAPSHOT_DRIFT row in violations, fail the query (exit 3), or ignore it (no audit)",

@@ -27,6 +27,7 @@ from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.sinks import DeltaSinks
+from reconstructor.spark.sinks.resync import ResyncRequests
 from reconstructor.spark.source import kafka_stream
 from reconstructor.spark.engines import reconstruct_with, record_engine, refuse_other_engine
 
@@ -204,7 +205,9 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     sinks = DeltaSinks(spark, cfg.output, schema, replay=replay, on_counts=on_counts,
                        loss_check=KafkaLossCheck(spark, cfg.checkpoint, cfg.output, cfg.bootstrap_servers,
                                                  cfg.kafka),
-                       loss_registry=registry, lease_check=lease_check)
+                       loss_registry=registry, lease_check=lease_check,
+                       resync=None if replay or not cfg.resync_topic else ResyncRequests(
+                           spark, cfg.resync_topic, cfg.bootstrap_servers, cfg.resync_interval, dict(cfg.kafka)))
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
     checkpoint = checkpoint_state(spark, cfg.checkpoint)
     sinks.check_writer(checkpoint)

@@ -28,6 +28,8 @@ def cli(*args, tmp_path=None):
     (BASE + ["--output", "OUT", "--checkpoint", "CHK"], 1, "Kafka at 127.0.0.1:1 does not answer"),
     (BASE + ["--output", "OUT", "--checkpoint", "CHK", "--session-timeout", "2 hours",
              "--state-retention", "1 hour"], 2, "--state-retention '1 hour' must be longer than --session-timeout"),
+    (BASE + ["--output", "OUT", "--checkpoint", "CHK", "--resync-topic", "sensor-resync"], 2,
+     "--resync-topic 'sensor-resync' is matched by --topic-pattern 'sensor-.*': the run would read its own"),
 ])
 def test_bad_usage_fails_with_one_line_and_writes_nothing(tmp_path, monkeypatch, args, code, words):
     monkeypatch.chdir(tmp_path)

@@ -57,8 +57,9 @@ def test_the_json_line_is_one_line_with_every_field_and_lag_shaped_like_kafka_of
     assert line.endswith("\n") and line.count("\n") == 1
     record = json.loads(line)
     assert set(record) == {"batch_id", "timestamp", "records_read", "duration_seconds", "records_per_second",
-                           "kafka_lag", "kafka_lag_total", "sessions", "violations", "state_rows",
-                           "state_memory_bytes", "state_metrics"}
+                           "kafka_lag", "kafka_lag_total", "sessions", "violations", "resync_requests",
+                           "state_rows", "state_memory_bytes", "state_metrics"}
+    assert record["resync_requests"] == 0
     assert record["kafka_lag"] == {t: {"0": 0, "1": 44} for t in TOPICS}
     assert record["kafka_lag_total"] == 88
     assert record["timestamp"] == BEHIND["timestamp"]
@@ -68,8 +69,8 @@ def test_the_json_line_is_one_line_with_every_field_and_lag_shaped_like_kafka_of
 def test_run_totals_count_across_batches_and_keep_the_last_known_lag():
     totals = RunTotals()
     totals.add(batch_metrics(BEHIND, BatchCounts({"open": 4}, {"SNAPSHOT_DRIFT": 1})))
-    totals.add(batch_metrics(CAUGHT_UP, BatchCounts({"open": 2, "ended": 2}, {"SNAPSHOT_DRIFT": 1, "GAP": 1})))
-    assert (totals.batches, totals.records_read) == (2, 48)
+    totals.add(batch_metrics(CAUGHT_UP, BatchCounts({"open": 2, "ended": 2}, {"SNAPSHOT_DRIFT": 1, "GAP": 1}, 3)))
+    assert (totals.batches, totals.records_read, totals.resync_requests) == (2, 48, 3)
     assert totals.sessions == {"open": 6, "ended": 2, "timed_out": 0, "quarantined": 0}
     assert totals.violations == {"SNAPSHOT_DRIFT": 2, "GAP": 1}
     assert totals.last.batch_id == 3 and totals.last.total_lag == 0

@@ -41,7 +41,7 @@ def test_the_endpoint_serves_counters_and_the_last_batchs_gauges_and_the_log_get
         export.progressed(BEHIND)  # told twice (listener and the last look): counted once
         # PySpark's own progress object gives its runId as a UUID: still the same run.
         export.progressed({**BEHIND, "runId": uuid.UUID(BEHIND["runId"])})
-        export.count(3, BatchCounts({"open": 2, "ended": 2}))
+        export.count(3, BatchCounts({"open": 2, "ended": 2}, resync_requests=2))
         export.progressed(CAUGHT_UP)
         after = scrape(export)
     finally:
@@ -52,6 +52,7 @@ def test_the_endpoint_serves_counters_and_the_last_batchs_gauges_and_the_log_get
     assert after['reconstructor_sessions_written_total{status="open"}'] == 6
     assert after['reconstructor_sessions_written_total{status="ended"}'] == 2
     assert after['reconstructor_violations_total{kind="GAP"}'] == 1
+    assert after["reconstructor_resync_requests_total"] == 2
     assert after['reconstructor_kafka_lag{partition="1",topic="m24101-sensor-0"}'] == 0
     assert after["reconstructor_state_rows"] == 4
     assert after["reconstructor_state_memory_bytes"] == 2101440

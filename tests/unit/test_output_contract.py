@@ -37,7 +37,7 @@ def test_the_tables_keep_their_columns_types_and_order():
         "topic STRING NOT NULL, session STRING NOT NULL, partition INT, status STRING NOT NULL, "
         "first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, snapshot_seq BIGINT, "
         "snapshot_offset BIGINT, row_count BIGINT, started_ts TIMESTAMP, last_event_ts TIMESTAMP, "
-        "updated_at TIMESTAMP, chain_head STRING")
+        "updated_at TIMESTAMP, chain_head STRING, resync_requested_at TIMESTAMP")
     assert VIOLATIONS_DDL == (
         "topic STRING NOT NULL, partition INT, offset BIGINT, session STRING, kind STRING NOT NULL, "
         "expected_seq BIGINT, found_seq BIGINT, detail STRING, value STRING, detected_at TIMESTAMP")

@@ -41,7 +41,7 @@ def test_each_setting_is_read_from_its_variable(name):
     value = {bool: "true", int: "3"}.get(settings.layers.declared_type(Settings.model_fields[name].annotation))
     kind = settings.layers.declared_type(Settings.model_fields[name].annotation)
     if value is None:
-        value = {"on_violation": "quarantine", "on_drift": "ignore", "engine": "jvm"}.get(name, "5 minutes" if kind in (
+        value = {"on_violation": "quarantine", "on_drift": "ignore", "engine": "jvm"}.get(name, "7 minutes" if kind in (
             settings.Duration, settings.Trigger) else "x")
     from_env = settings.load(None, env={settings.env_name(name): value})
     assert getattr(from_env, name) != getattr(Settings(), name)

@@ -23,6 +23,7 @@ from reconstructor.spark.sinks.claim import WriterClaim
 from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters
 from reconstructor.spark.sinks.merges import merge_live_tables
 from reconstructor.spark.sinks.query_id import QueryId
+from reconstructor.spark.sinks.resync import ResyncRequests
 from reconstructor.spark.sinks.stats import Recorded, batch_stats, counts_of, recorded_of
 from reconstructor.spark.sinks.stops import BatchStops
 from reconstructor.spark.sinks.tables import OutputTables
@@ -50,6 +51,8 @@ class DeltaSinks:
     loss_check: Callable[[int], list] | None = None
     loss_registry: object | None = None
     lease_check: Callable[[], None] | None = None
+    #: Where quarantined sessions ask their sensors for a snapshot (``--resync-topic``); never on a replay.
+    resync: ResyncRequests | None = None
     #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
     recorded: dict[int, Recorded] = field(default_factory=dict, init=False, repr=False)
     #: Per batch id, the last ``timings.TIMINGS_KEPT`` written batches' phase timings.
@@ -130,12 +133,15 @@ class DeltaSinks:
                                     batch_metadata(self.query_id, batch_id, end or {}))
             appended, tables = self._write(batch, txn, stats, losses, end)
             merged = time.perf_counter()
+            # After the tables: a request names the session's last applied seq as the batch left it.
+            asked = (self.resync.send(txn, batch) if self.resync is not None and stats.recorded > stats.drifts
+                     else 0)
             keep(self.timings, batch_id, BatchTimings(computed - started, appended - computed, merged - appended,
                                                       tables))
             if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
                 compact_live_tables(self.spark, self.output)
             if self.on_counts is not None:
-                self.on_counts(batch_id, counts_of(stats))
+                self.on_counts(batch_id, counts_of(stats, resync_requests=asked))
         finally:
             batch.unpersist()
 

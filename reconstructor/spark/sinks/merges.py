@@ -13,8 +13,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, SESSION_FIELDS, SESSION_INFO_FIELDS,
-                                           SESSIONS, SESSIONS_FIELDS, SessionField, column_names)
+from reconstructor.contract.tables import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, RESYNC_REQUESTED_AT, SESSION_FIELDS,
+                                           SESSION_INFO_FIELDS, SESSIONS, SESSIONS_FIELDS, SessionField,
+                                           column_names)
 from reconstructor.core.state import SessionStatus
 from reconstructor.spark.sinks.ahead import AHEAD
 from reconstructor.spark.sinks.idempotency import BatchTransactions
@@ -85,8 +86,10 @@ def _merge_sessions(txn: BatchTransactions, sessions: DataFrame) -> None:
     source = sessions.select(
         "topic", "session", *[_session_column(f) for f in SESSION_FIELDS],
         F.current_timestamp().alias("updated_at"), F.col(f"{SESSION_INFO}.chain_head").alias("chain_head"),
+        F.lit(None).cast("timestamp").alias(RESYNC_REQUESTED_AT),
     )
-    assign = {c: f"source.`{c}`" for c in column_names(SESSIONS_FIELDS)}
+    # The last request's time is the resync requests' own (``resync``): a session record keeps it.
+    assign = {c: f"source.`{c}`" for c in column_names(SESSIONS_FIELDS) if c != RESYNC_REQUESTED_AT}
     (txn.target(SESSIONS).alias("target")
      .merge(source.alias("source"), "target.topic = source.topic AND target.session = source.session")
      .whenMatchedUpdate(condition=AHEAD, set=assign)

@@ -58,7 +58,8 @@ def recorded_of(stats: Row) -> Recorded:
     return Recorded(stats.recorded - stats.drifts, stats.sessions_set_aside, stats.drifts)
 
 
-def counts_of(stats: Row) -> BatchCounts:
-    """The metrics of the batch of ``stats``: session records by status, recorded rows by kind."""
+def counts_of(stats: Row, resync_requests: int = 0) -> BatchCounts:
+    """The metrics of the batch of ``stats``: session records by status, recorded rows by kind, and
+    the resync requests the batch sent."""
     return BatchCounts({s: stats[f"status_{s}"] for s in STATUSES},
-                       {k: stats[f"kind_{k}"] for k in VIOLATION_KINDS})
+                       {k: stats[f"kind_{k}"] for k in VIOLATION_KINDS}, resync_requests)
