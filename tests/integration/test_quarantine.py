@@ -3,8 +3,10 @@ stateful step and Delta, through the command line."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -14,6 +16,7 @@ from reconstructor.contract.row_schema import RowSchema
 # The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
 from tests.support.cli import cli_in_process as cli
 from tests.support.cli import produce as produce_fleet
+from tests.support.kafka import create_topics, read_all
 from tests.support.pipeline import (current_tables, expected_all, expected_open, offsets_of, produce, read_table,
                                     replayed_tables)
 
@@ -34,6 +37,13 @@ def violations(spark, out) -> list[tuple]:
             for r in rows]
 
 
+def _batch_ends(chk: str) -> list[dict]:
+    """Each committed batch's end offsets, ``{topic: {partition: offset}}``, from the checkpoint."""
+    folder = Path(chk) / "offsets"
+    files = sorted((f for f in folder.iterdir() if f.name.isdigit()), key=lambda f: int(f.name))
+    return [json.loads(f.read_text().splitlines()[-1]) for f in files]
+
+
 def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs_each_at_its_next_snapshot(
         stack, spark, run_id, tmp_path):
     spec = FleetSpec(topic_prefix=f"q{run_id}-sensor-", sensors=2, sessions_per_sensor=3, rows=15,
@@ -52,7 +62,10 @@ def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs
 
     pattern = f"{spec.topic_prefix}[0-9]+"
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
-    ran = run_cli(stack, pattern, out, chk, "--on-violation", "quarantine", "--max-offsets-per-trigger", "70")
+    resync = {n: f"q{run_id}-resync-{n}" for n in (1, 2)}  # outside the pattern
+    create_topics(stack.bootstrap_servers(), dict.fromkeys(resync.values(), 1))
+    ran = run_cli(stack, pattern, out, chk, "--on-violation", "quarantine", "--max-offsets-per-trigger", "40",
+                  "--resync-topic", resync[1], "--metrics-log", str(tmp_path / "metrics.jsonl"))
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "records set aside" in ran.stderr
     assert ran.stderr.strip().splitlines()[-1].startswith("quarantine: 0 sessions quarantined now; this run set aside")
@@ -80,11 +93,41 @@ def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs
         # What was set aside ends at the resync snapshot: the record after it applies again.
         assert all(r[2] > first[2] for r in rest)
 
+    # Each session a batch left quarantined asked its sensor once for a snapshot (the interval is
+    # longer than the run), naming the violation; a session resynced within the batch that
+    # quarantined it, or never quarantined, asked nothing.
+    ends = _batch_ends(chk)
+    snapshots = {(r.session, r.offset) for r in changes.where(changes.type == "snapshot")
+                 .select("session", "offset").distinct().collect()}
+    left_quarantined = set()
+    for session in victims:
+        topic, part, offset = by_session[session][0][:3]
+        batch_end = next(end[topic][str(part)] for end in ends if end[topic][str(part)] > offset)
+        resynced_at = min(o for s, o in snapshots if s == session and o >= offset)
+        if resynced_at >= batch_end:  # past the batch that quarantined it
+            left_quarantined.add(session)
+    requests = read_all(stack.bootstrap_servers(), resync[1])
+    sessions = {r.session: r for r in read_table(spark, out, "sessions").collect()}
+    asked = [key for key, _ in requests]
+    assert left_quarantined and sorted(asked) == sorted(left_quarantined)
+    assert set(asked) == {s for s, r in sessions.items() if r.resync_requested_at is not None}
+    for key, request in requests:
+        first = by_session[key][0]
+        assert request["session"] == key and request["kind"] == first[4]
+        assert (request["topic"], request["partition"], request["offset"]) == first[:3]
+        assert (request["expected_seq"], request["found_seq"]) == (first[5], first[6])
+        if first[5] is not None:
+            assert request["last_applied_seq"] == first[5] - 1
+        assert request["requested_at"].endswith("Z")
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert sum(m["resync_requests"] for m in metrics) == len(requests)
+
     # The same stream in one micro-batch: the same tables and the same violations.
     out2, chk2 = str(tmp_path / "out2"), str(tmp_path / "chk2")
-    ran = run_cli(stack, pattern, out2, chk2, "--on-violation", "quarantine")
+    ran = run_cli(stack, pattern, out2, chk2, "--on-violation", "quarantine", "--resync-topic", resync[2])
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert violations(spark, out2) == recorded
+    assert read_all(stack.bootstrap_servers(), resync[2]) == []  # every session resynced within the batch
     assert current_tables(spark, out2, NAMES) == current_tables(spark, out, NAMES)
 
 
