@@ -50,13 +50,23 @@ def build_parser() -> argparse.ArgumentParser:
                                     "--updates 500 --inject gap\n",
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_fleet_flags(produce)
+    produce.add_argument("--honor-resync", metavar="TOPIC",
+                         help="the sensors answer the reconstructor's resync requests in TOPIC (its --resync-topic) "
+                              "with a snapshot, holding their sessions' ends back until --honor-for has passed")
+    produce.add_argument("--honor-for", type=float, default=60.0, metavar="SECONDS",
+                         help="how long the sensors answer requests (default 60)")
     demo = sub.add_parser("demo", help="start local Kafka and S3 if needed, produce, reconstruct, summarise",
                           description="The whole pipeline on the local stack (127.0.0.1:9092, http://127.0.0.1:9000).",
-                          epilog="examples:\n  python -m workbench demo --inject gap-resync --on-violation quarantine\n",
+                          epilog="examples:\n  python -m workbench demo --inject gap-resync --on-violation quarantine\n"
+                                 "  python -m workbench demo --inject gap --on-violation quarantine "
+                                 "--resync-topic sensor-resync\n",
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_fleet_flags(demo, bootstrap=False)
     demo.add_argument("--on-violation", choices=[v.value for v in OnViolation],
                       help="what the run does on a violation (default fail); try quarantine with --inject gap-resync")
+    demo.add_argument("--resync-topic", metavar="TOPIC",
+                      help="the run asks quarantined sessions' sensors for a snapshot in TOPIC, and the demo's "
+                           "sensors answer; try with --inject gap --on-violation quarantine")
     return parser
 
 

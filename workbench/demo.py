@@ -10,6 +10,7 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -17,25 +18,69 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from reconstructor.cli import commands
 from reconstructor.cli import validate
 from workbench import localstack
-from workbench.fleet import FleetSpec, inject, plan_fleet, publish
-from workbench.producer import SensorProducer, librdkafka_logging
+from workbench.fleet import FleetSpec, Planned, inject, plan_fleet, publish
+from workbench.producer import SensorProducer, encode, librdkafka_logging
+from workbench.resync_responder import FleetSensors, ResyncResponder
 from reconstructor.errors import ReconstructorError, UsageError
 from reconstructor.contract.tables import SESSIONS, TABLES, VIOLATIONS, table_path
 
 
 def produce(args) -> int:
     bootstrap = args.bootstrap_servers or localstack.bootstrap_servers()
-    sent, culprit = produce_fleet(bootstrap, args)
-    print(f"produced {sent:,} messages to {args.sensors} topic(s) {args.topic_prefix}0..{args.sensors - 1}")
-    if culprit is not None:
-        print(f"injected {args.inject} into session {culprit.session} at seq {culprit.message['seq']}")
+    fleet = produce_fleet(bootstrap, args, honor=args.honor_resync)
+    print(f"produced {fleet.sent:,} messages to {args.sensors} topic(s) {args.topic_prefix}0..{args.sensors - 1}")
+    if fleet.culprit is not None:
+        print(f"injected {args.inject} into session {fleet.culprit.session} at seq {fleet.culprit.message['seq']}")
+    if fleet.responder is not None:
+        print(f"answering resync requests in {args.honor_resync} for {args.honor_for:g}s (Ctrl-C to stop) ...",
+              flush=True)
+        try:
+            time.sleep(args.honor_for)
+        except KeyboardInterrupt:
+            pass
+        fleet.finish()
+        print(f"answered {fleet.responder.answered} of {fleet.responder.requests} resync request(s) with a "
+              f"snapshot; sent {fleet.ended} end(s)")
     return 0
 
 
-def produce_fleet(bootstrap: str, args):
+@dataclass
+class ProducedFleet:
+    """A fleet published, and when it honours resync requests: its sensors, answering in the
+    background, with their sessions' ends held back until ``finish``."""
+
+    sent: int
+    culprit: Planned | None
+    producer: SensorProducer
+    sensors: FleetSensors | None = None
+    responder: ResyncResponder | None = None
+    held_ends: list[str] = field(default_factory=list)
+    ended: int = 0
+
+    def finish(self) -> int:
+        """Wait until every request so far is answered, then end the sessions held open; how many
+        messages that sent (the answers and the ends)."""
+        if self.responder is None:
+            return 0
+        self.responder.settle()
+        for session in self.held_ends:
+            end = self.sensors.end(session)
+            self.producer.send(end.topic, session, encode(end.message), self.sensors.sensors[session].partition)
+        self.producer.flush()
+        self.ended, self.held_ends = len(self.held_ends), []
+        self.responder.close()
+        return self.responder.answered + self.ended
+
+
+def produce_fleet(bootstrap: str, args, honor: str | None = None) -> ProducedFleet:
+    """Publish the fleet ``args`` describe; with ``honor`` (a resync topic), its sensors answer the
+    requests there, and each session's end waits for ``ProducedFleet.finish``."""
     for name in ("sensors", "sessions", "rows", "partitions"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1")
+    if honor and args.inject == "after-end":
+        raise UsageError("--inject after-end breaks a session after its end, which sensors that answer resync "
+                         "requests hold back: drop the resync topic, or inject another fault")
     validate.broker_reachable(bootstrap, {})
     spec = FleetSpec(topic_prefix=args.topic_prefix, sensors=args.sensors,
                      sessions_per_sensor=args.sessions, rows=args.rows, updates=args.updates,
@@ -43,16 +88,28 @@ def produce_fleet(bootstrap: str, args):
                      end_sessions=not args.no_end, seed=args.seed)
     admin = AdminClient({"bootstrap.servers": bootstrap, **librdkafka_logging()})
     existing = set(admin.list_topics(timeout=10).topics)
-    new = [NewTopic(t, num_partitions=args.partitions, replication_factor=1)
-           for t in spec.topics() if t not in existing]
+    wanted = {t: args.partitions for t in spec.topics()}
+    if honor:
+        wanted[honor] = 1
+    new = [NewTopic(t, num_partitions=n, replication_factor=1) for t, n in wanted.items() if t not in existing]
     for fut in admin.create_topics(new).values() if new else []:
         fut.result(30)
-    messages = list(plan_fleet(spec))
-    culprit = None
-    if args.inject:
-        messages, culprit = inject(messages, args.inject)
-    publish(SensorProducer(bootstrap), messages, {t: args.partitions for t in spec.topics()})
-    return len(messages), culprit
+    planned = list(plan_fleet(spec))
+    messages, culprit = inject(planned, args.inject) if args.inject else (planned, None)
+    partitions = {t: args.partitions for t in spec.topics()}
+    producer = SensorProducer(bootstrap)
+    fleet = ProducedFleet(0, culprit, producer)
+    if honor:
+        # A sensor keeps its session open while it may be asked: the ends wait for ``finish``.
+        ends = [p for p in messages if p.message.get("type") == "end"]
+        messages = [p for p in messages if p.message.get("type") != "end"]
+        fleet.sensors = FleetSensors.of([p for p in planned if p.message.get("type") != "end"], messages,
+                                        partitions)
+        fleet.held_ends = [p.session for p in ends]
+        fleet.responder = ResyncResponder(bootstrap, honor, fleet.sensors, producer).start()
+    publish(producer, messages, partitions)
+    fleet.sent = len(messages)
+    return fleet
 
 
 def demo(args) -> int:
@@ -69,8 +126,8 @@ def demo(args) -> int:
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d%H%M%S")
     args.topic_prefix = f"demo-{run_id}-{args.topic_prefix}"
     bootstrap = localstack.bootstrap_servers()
-    sent, culprit = produce_fleet(bootstrap, args)
-    print(f"produced {sent:,} messages: {args.sensors} sensors x {args.sessions} sessions, "
+    fleet = produce_fleet(bootstrap, args, honor=args.resync_topic)
+    print(f"produced {fleet.sent:,} messages: {args.sensors} sensors x {args.sessions} sessions, "
           f"{args.rows} rows, {args.updates} updates each", flush=True)
     root = f"s3a://{localstack.S3_BUCKET}/demo/{run_id}"
     settings = write_demo_config(localstack.stack_dir() / "demo" / f"{run_id}.toml", {
@@ -78,6 +135,7 @@ def demo(args) -> int:
         "output": f"{root}/tables", "checkpoint": f"{root}/checkpoint", "compact_every": "off",
         "jars_dir": str(localstack.jars_dir().resolve()),
         **({"on_violation": args.on_violation} if getattr(args, "on_violation", None) else {}),
+        **({"resync_topic": args.resync_topic} if args.resync_topic else {}),
         "s3": {"endpoint": localstack.s3_endpoint(), "region": localstack.S3_REGION,
                "access_key": localstack.S3_ACCESS_KEY, "secret_key": localstack.S3_SECRET_KEY,
                "path_style": True},
@@ -85,6 +143,13 @@ def demo(args) -> int:
     output = f"{root}/tables"
     print(f"reconstructing into {output} (settings: {settings}) ...", flush=True)
     commands.run(argparse.Namespace(config=str(settings)))  # as `reconstructor run --config` does
+    if fleet.responder is not None:
+        # The sensors answer the run's requests and end their sessions; the run reads what they sent.
+        more = fleet.finish()
+        print(f"the sensors answered {fleet.responder.answered} resync request(s) with a snapshot and "
+              f"ended {fleet.ended} session(s); reconstructing what they sent ...", flush=True)
+        if more:
+            commands.run(argparse.Namespace(config=str(settings)))
     _summarise(output)
     reconstructor = command_prefix()
     config = shlex.quote(str(settings))
