@@ -127,6 +127,13 @@ class Settings(BaseModel):
         StatefulEngine.PYTHON, "the stateful step: python (the core, in applyInPandasWithState; no jar "
         "needed) or jvm (its port in flatMapGroupsWithState, several times faster; needs the engine jar). "
         "A checkpoint keeps the engine it started with", commands=_STREAM)
+    catalog: str | None = setting(
+        None, "register the four tables and the row_versions view by name in this schema of the "
+        "session's catalog (e.g. main.sensors), as external Delta tables at the output's paths",
+        metavar="SCHEMA", commands=(RUN, REPLAY, CONFIG), shown="off")
+    catalog_replace: bool = setting(
+        False, "point --catalog names registered at another output to this one (after a replay into a "
+        "new output)", commands=(RUN, REPLAY))
     compact_every: Duration | None = setting(
         Duration("1 hour"), "in-stream compaction interval ('off' to disable)", metavar="DURATION",
         commands=(RUN, CONFIG))

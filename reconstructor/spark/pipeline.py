@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import sys
 import threading
 import time
 
@@ -20,6 +21,7 @@ from reconstructor.settings import Settings
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
 from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest, StopStep
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.spark.catalog import comment_tables, register_tables
 from reconstructor.spark.chain_seeds import chain_seeds
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
@@ -215,6 +217,9 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
     evolve_tables(spark, cfg.output, schema)
     sinks.start_creating_tables()
+    if cfg.catalog:  # the names need the tables: created (or found) first
+        sinks.await_tables()
+        _catalog(spark, cfg, schema, replay)
     out = _reconstructed(spark, cfg, schema, registry, replay)
     record_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
     writer = _writer(out, sinks, cfg, query_name)
@@ -229,6 +234,15 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     if background is not None:  # its first run is now, so after the tables exist
         background.start()
     return RunningPipeline(query, sinks, background)
+
+
+def _catalog(spark: SparkSession, cfg: Settings, schema: RowSchema, replay: bool) -> None:
+    """``--catalog``: the writer documents tables an earlier release created, then every driver
+    registers the names (a replay into a new output too, with ``--catalog-replace``)."""
+    if not replay:
+        comment_tables(spark, cfg.output, schema)
+    for name in register_tables(spark, cfg.catalog, cfg.output, schema, replace=cfg.catalog_replace):
+        print(f"reconstructor: registered {name} in the catalog", file=sys.stderr, flush=True)
 
 
 def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, registry: LossRegistry | None,

@@ -17,9 +17,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 
 from workbench.fleet import FleetSpec, plan_fleet
+from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import TABLES
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.pipeline import assert_exact, produce, read_table, run
@@ -85,8 +88,15 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
     assert read_table(spark, out, "row_changes").count() > 0
 
     produce(spec, messages[half:], partitions=2, create=False)
-    run(spark, pattern, out, chk, engine=engine)
+    catalog = f"up{engine.value}{run_id}"
+    run(spark, pattern, out, chk, engine=engine, catalog=catalog)
     assert_exact(spark, out, messages, NAMES)
+    # The tables the previous release created take the contract's comments and their names.
+    for name in TABLES:
+        assert spark.catalog.getTable(f"{catalog}.{name}").description == TABLE_COMMENTS[name]
+        fields = DeltaTable.forPath(spark, f"{out}/{name}").toDF().schema.fields
+        assert all(f.metadata.get("comment") == column_comment(name, f.name, RowSchema.load()) for f in fields), name
+    assert "resync_requested_at" in spark.table(f"{catalog}.sessions").columns
     longs = {r.reading_count for r in read_table(spark, out, "row_changes").collect()}
     assert 2**63 - 1 in longs and None in longs
     # Each session's chain runs on across the two releases and verifies.

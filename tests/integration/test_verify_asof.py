@@ -1,6 +1,7 @@
 """verify and asof on tables a real run wrote (Kafka, Spark, delta-spark), read back with delta-rs:
 the run's output verifies, locally and on S3; each corruption is named; asof and the README's SQL
-recipe give the tables as they were.  One pipeline run for the whole file."""
+recipe give the tables as they were; the run registered the tables by name in Spark's catalog
+(``--catalog``).  One pipeline run for the whole file."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from reconstructor.audit.delta_tables import storage_options
+from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
+from reconstructor.contract.tables import TABLES
+from reconstructor.errors import UsageError
+from reconstructor.spark.catalog import comment_tables, register_tables
 from reconstructor.settings import S3Settings
 from workbench import localstack
 from workbench.fleet import FleetSpec, inject, plan_fleet
@@ -23,7 +28,8 @@ from tests.support.cli import cli, cli_in_process
 from tests.support.pipeline import current_tables, expected_all, produce
 
 pytestmark = pytest.mark.integration
-NAMES = RowSchema.load().names
+SCHEMA = RowSchema.load()
+NAMES = SCHEMA.names
 README = Path(__file__).resolve().parents[2] / "README.md"
 KEY = "verify-asof-chain-key"  # the run's chain is HMACs: verify needs it
 
@@ -41,7 +47,7 @@ def fleet(stack, spark, tmp_path_factory):
     out = tmp_path_factory.mktemp("verify") / "out"
     ran = cli_in_process("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"{spec.topic_prefix}[0-9]+",
               "--output", str(out), "--checkpoint", str(out.parent / "chk"), "--compact-every", "off",
-              "--on-violation", "quarantine", "--chain-key", KEY)
+              "--on-violation", "quarantine", "--chain-key", KEY, "--catalog", f"v{run_id}")
     assert ran.returncode == 0, ran.stderr[-3000:]
     return {"out": out, "original": original, "messages": messages, "victim": victim, "run_id": run_id}
 
@@ -287,3 +293,50 @@ def test_a_duplicated_or_altered_live_row_is_named(fleet, tmp_path, corruption):
     assert line.startswith(f"reconstructor: VERIFY FAILED {expected[0]} topic={change.topic} "
                            f"session={change.session} "), line
     assert expected[1] in line, line
+
+
+def _described(spark, ident: str) -> dict[str, str | None]:
+    """A table's columns and their comments, as ``DESCRIBE TABLE`` shows them."""
+    out = {}
+    for r in spark.sql(f"DESCRIBE TABLE {ident}").collect():
+        if not r.col_name or r.col_name.startswith("#"):
+            break  # the partition section repeats columns
+        out[r.col_name] = r.comment
+    return out
+
+
+def test_the_run_registers_its_tables_by_name_with_the_contracts_comments_and_the_row_versions_view(fleet, spark):
+    catalog, out = f"v{fleet['run_id']}", fleet["out"]
+    assert {t.name for t in spark.catalog.listTables(catalog)} == {*TABLES, "row_versions"}
+    for name in TABLES:
+        table = spark.catalog.getTable(f"{catalog}.{name}")
+        assert (table.tableType, table.description) == ("EXTERNAL", TABLE_COMMENTS[name])
+        assert spark.table(f"{catalog}.{name}").count() == spark.read.format("delta").load(str(out / name)).count()
+        described = _described(spark, f"{catalog}.{name}")
+        assert described and all(comment == column_comment(name, column, SCHEMA)
+                                 for column, comment in described.items()), (name, described)
+    now = spark.sql(f"SELECT * FROM {catalog}.row_versions WHERE to_seq IS NULL").collect()
+    tables: dict = {}
+    for r in now:
+        tables.setdefault((r.topic, r.session), {})[r.row_id] = {c: r[c] for c in NAMES}
+    assert tables == current_tables(spark, str(out), NAMES)
+
+
+def test_registering_again_commits_nothing_and_another_output_takes_the_names_only_when_asked(fleet, spark, tmp_path):
+    catalog, out = f"v{fleet['run_id']}", fleet["out"]
+    versions = {name: DeltaTable(str(out / name)).version() for name in TABLES}
+    assert comment_tables(spark, str(out), SCHEMA) == 0
+    assert register_tables(spark, catalog, str(out), SCHEMA) == []
+    assert {name: DeltaTable(str(out / name)).version() for name in TABLES} == versions
+    copy = copy_of(fleet, tmp_path)  # as a replay into a new output leaves it
+    with pytest.raises(UsageError, match=f"{catalog}.row_changes is registered at .*, not at {copy}/row_changes: "
+                                         "pass --catalog-replace to point it here"):
+        register_tables(spark, catalog, str(copy), SCHEMA)
+    try:
+        assert register_tables(spark, catalog, str(copy), SCHEMA, replace=True) == [
+            f"{catalog}.{name}" for name in TABLES]
+        location = spark.sql(f"DESCRIBE DETAIL {catalog}.sessions").collect()[0].location
+        assert location.rstrip("/").endswith(f"{copy}/sessions")
+        assert copy.exists() and (out / "sessions").exists()  # a name dropped leaves the files
+    finally:
+        register_tables(spark, catalog, str(out), SCHEMA, replace=True)

@@ -115,3 +115,19 @@ def test_job_entry_points_call_the_cli():
     for path in ("jobs/emr_step.py", "jobs/databricks_task.py"):
         text = (ROOT / path).read_text()
         assert "from reconstructor.cli import main" in text and "main(sys.argv[1:])" in text
+
+
+def test_each_stream_registers_its_tables_in_the_platforms_catalog():
+    bundle = yaml.safe_load((ROOT / "infra/databricks/databricks.yml").read_text())
+    stream_args = bundle["resources"]["jobs"]["reconstructor_stream"]["tasks"][0]["python_wheel_task"]["parameters"]
+    schema = stream_args[stream_args.index("--catalog") + 1]
+    assert schema == "${var.catalog_schema}" and bundle["variables"]["catalog_schema"]["default"] == "main.sensors"
+    # Unity Catalog takes s3:// locations for external tables, not s3a://.
+    assert bundle["variables"]["output"]["default"].startswith("s3://")
+    glue = "spark.hadoop.hive.metastore.client.factory.class=" \
+           "com.amazonaws.glue.catalog.metastore.AWSGlueDataCatalogHiveClientFactory"
+    (run_step, _) = json.loads((ROOT / "infra/emr/steps.json").read_text())
+    args = run_step["HadoopJarStep"]["Args"]
+    assert "--catalog" in args and glue in args and "spark.sql.catalogImplementation=hive" in args
+    serverless = json.loads((ROOT / "infra/emr/serverless-job-run.json").read_text())["jobDriver"]["sparkSubmit"]
+    assert "--catalog" in serverless["entryPointArguments"] and glue in serverless["sparkSubmitParameters"]

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 from pyspark.util import inheritable_thread_target
 
+from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import (CURRENT_ROWS, ROW_CHANGES, SESSIONS, SESSIONS_DDL, TABLES, VIOLATIONS,
                                            VIOLATIONS_DDL, current_rows_ddl, row_changes_ddl, table_path)
@@ -47,7 +48,7 @@ class OutputTables:
 
     def _create(self, name: str, ddl: str, parts: list[str], props: dict[str, str]) -> None:
         builder = (DeltaTable.createIfNotExists(self.spark).location(self.path(name))
-                   .addColumns(StructType.fromDDL(ddl)))
+                   .comment(TABLE_COMMENTS[name]).addColumns(commented(name, StructType.fromDDL(ddl), self.schema)))
         if parts:
             builder = builder.partitionedBy(*parts)
         for key, value in {**props, "reconstructor.table": name,
@@ -92,3 +93,10 @@ class OutputTables:
         props = detail.properties or {}
         return TableState(name, (detail.numFiles or 0) > 0, props.get(WRITER_PROPERTY),
                           replays_of(props.get(REPLAYS_PROPERTY)))
+
+
+def commented(table: str, fields: StructType, schema: RowSchema) -> StructType:
+    """``fields`` with each column's comment from the contract (``contract.comments``)."""
+    return StructType([StructField(f.name, f.dataType, f.nullable,
+                                   {**(f.metadata or {}), "comment": column_comment(table, f.name, schema)})
+                       if column_comment(table, f.name, schema) else f for f in fields])
