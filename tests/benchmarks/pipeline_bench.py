@@ -21,7 +21,9 @@ the same batches:
   2. a stateful operator with no Python (Spark's streaming aggregation) to ``noop``;
   3. the JVM engine's stateful step (``jvm-engine``) to ``noop``: its target is 1.5x the aggregation;
      beside it a trivial ``flatMapGroupsWithState`` over the same input (``jvm-trivial``: count a
-     group's rows), which is what Spark's operator costs there whatever the function does;
+     group's rows), which is what Spark's operator costs there whatever the function does, and the
+     same over one row per Kafka record with its rows as arrays (``jvm-trivial-messages``): what
+     the operator would cost if the engine took messages, not exploded rows;
   4. a trivial ``applyInPandasWithState`` function (count a group's rows into a long) to ``noop``:
      what the engine costs per group, whatever the function does;
   5. the Python engine's stateful step (``stateful``) to ``noop``;
@@ -74,7 +76,7 @@ def _spark(shuffle_partitions: int | None, extra_jar: Path | None = None):
 
 #: The floor's JVM variants: the prototype of the step and the trivial step (``jvm/``).
 JVM_SOURCES = sorted((Path(__file__).parent / "jvm").glob("*.java"))
-JVM_VARIANTS = ("jvm-prototype", "jvm-trivial")
+JVM_VARIANTS = ("jvm-prototype", "jvm-trivial", "jvm-trivial-messages")
 
 
 def _jvm_classes(work: Path) -> Path | None:
@@ -315,6 +317,12 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
 
         # The JVM engine's input, grouped as it groups it, each group's rows only counted.
         frame = DataFrame(spark._jvm.reconstructor.bench.TrivialStateStep.apply(parsed._jdf), spark)
+    elif name == "jvm-trivial-messages":
+        from pyspark.sql import DataFrame
+
+        # The same trivial step over one row per Kafka record, its rows kept as arrays: what the
+        # operator would cost if the engine took messages instead of exploded rows.
+        frame = DataFrame(spark._jvm.reconstructor.bench.TrivialStateStep.apply(_messages(raw, schema)._jdf), spark)
     elif name == "jvm-aggregate":
         # A stateful operator with no Python: Spark's streaming aggregation keeps a row per group
         # in the same state store, so its cost per group is the engine's without pyspark.
@@ -342,8 +350,29 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     return _noop_run(spark, frame, root), {}
 
 
-FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-trivial", "jvm-prototype", "jvm-engine", "trivial",
-                  "trivial-wide", "stateful", "reconstructor", "reconstructor-jvm")
+def _messages(raw, schema):
+    """The parse stage's envelope, one row per Kafka record, with its two row arrays as they are
+    before ``parse_records`` explodes them (a measurement of that design, not the product's input)."""
+    from pyspark.sql import functions as F
+
+    from reconstructor.spark import parse
+    from reconstructor.spark.timestamps import rfc3339_timestamp
+
+    env = parse._row_arrays(parse._checked_envelope(parse._read_messages(parse._kafka_text(raw), schema, True)),
+                            schema)
+    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "msg_ok",
+                     parse._fast_or_checked("typed_message.session", "session"),
+                     parse._fast_or_checked("typed_message.seq",
+                                            F.expr(f"CASE WHEN json_type_seq IN {parse._INTEGER} THEN seq END"), "seq"),
+                     parse._fast_or_checked("typed_message.type", "type"),
+                     parse._fast_or_checked(rfc3339_timestamp("typed_message.ts"), "event_ts"),
+                     F.when(~F.col("msg_ok"), parse._envelope_error()).alias("env_error"),
+                     "row_variants", "typed_rows")
+    return env.select(F.expr("coalesce(nullif(session, ''), nullif(key, ''))").alias("group_session"), "*")
+
+
+FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-trivial", "jvm-trivial-messages", "jvm-prototype", "jvm-engine",
+                  "trivial", "trivial-wide", "stateful", "reconstructor", "reconstructor-jvm")
 
 
 def _live_fleet(prefix: str, topics: list[str], sessions: int, rows: int, rounds: int) -> list[Planned]:
@@ -472,6 +501,7 @@ def floor(spark, args, work: Path) -> dict:
            "ratio_jvm_engine_to_projection": ratio("jvm-engine", "projection"),
            "ratio_jvm_trivial_to_jvm_aggregate": ratio("jvm-trivial", "jvm-aggregate"),
            "ratio_jvm_engine_to_jvm_trivial": ratio("jvm-engine", "jvm-trivial"),
+           "ratio_jvm_trivial_messages_to_jvm_trivial": ratio("jvm-trivial-messages", "jvm-trivial"),
            "ratio_stateful_to_jvm_engine": ratio("stateful", "jvm-engine"),
            "ratio_stateful_to_trivial": ratio("stateful", "trivial"),
            "ratio_stateful_to_trivial_wide": ratio("stateful", "trivial-wide"),
@@ -508,6 +538,8 @@ def _print_floor(f: dict) -> None:
          "aggregation (the engine's share of the target)")
     show("ratio_jvm_engine_to_jvm_trivial", "JVM engine's stateful step / trivial JVM stateful step over its input "
          "(the reconstructor's function)")
+    show("ratio_jvm_trivial_messages_to_jvm_trivial", "trivial JVM stateful step over one row per record (rows as "
+         "arrays) / over the engine's exploded rows")
     show("ratio_jvm_engine_to_jvm_prototype", "JVM engine's stateful step / JVM state-step prototype")
     show("ratio_stateful_to_jvm_engine", "Python engine's stateful step / JVM engine's")
     show("ratio_stateful_to_trivial", "Python engine's stateful step / trivial applyInPandasWithState")
