@@ -23,7 +23,8 @@ the same batches:
      beside it a trivial ``flatMapGroupsWithState`` over the same input (``jvm-trivial``: count a
      group's rows), which is what Spark's operator costs there whatever the function does, and the
      same over one row per Kafka record with its rows as arrays (``jvm-trivial-messages``): what
-     the operator would cost if the engine took messages, not exploded rows;
+     the operator would cost if the engine took messages, not exploded rows; and that one's function
+     reading every row's values out of the arrays (``jvm-walk-messages``);
   4. a trivial ``applyInPandasWithState`` function (count a group's rows into a long) to ``noop``:
      what the engine costs per group, whatever the function does;
   5. the Python engine's stateful step (``stateful``) to ``noop``;
@@ -76,7 +77,7 @@ def _spark(shuffle_partitions: int | None, extra_jar: Path | None = None):
 
 #: The floor's JVM variants: the prototype of the step and the trivial step (``jvm/``).
 JVM_SOURCES = sorted((Path(__file__).parent / "jvm").glob("*.java"))
-JVM_VARIANTS = ("jvm-prototype", "jvm-trivial", "jvm-trivial-messages")
+JVM_VARIANTS = ("jvm-prototype", "jvm-trivial", "jvm-trivial-messages", "jvm-walk-messages")
 
 
 def _jvm_classes(work: Path) -> Path | None:
@@ -323,6 +324,11 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
         # The same trivial step over one row per Kafka record, its rows kept as arrays: what the
         # operator would cost if the engine took messages instead of exploded rows.
         frame = DataFrame(spark._jvm.reconstructor.bench.TrivialStateStep.apply(_messages(raw, schema)._jdf), spark)
+    elif name == "jvm-walk-messages":
+        from pyspark.sql import DataFrame
+
+        # jvm-trivial-messages, its function reading every row's values out of the arrays.
+        frame = DataFrame(spark._jvm.reconstructor.bench.MessageWalkStep.apply(_messages(raw, schema)._jdf), spark)
     elif name == "jvm-aggregate":
         # A stateful operator with no Python: Spark's streaming aggregation keeps a row per group
         # in the same state store, so its cost per group is the engine's without pyspark.
@@ -371,8 +377,9 @@ def _messages(raw, schema):
     return env.select(F.expr("coalesce(nullif(session, ''), nullif(key, ''))").alias("group_session"), "*")
 
 
-FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-trivial", "jvm-trivial-messages", "jvm-prototype", "jvm-engine",
-                  "trivial", "trivial-wide", "stateful", "reconstructor", "reconstructor-jvm")
+FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-trivial", "jvm-trivial-messages", "jvm-walk-messages",
+                  "jvm-prototype", "jvm-engine", "trivial", "trivial-wide", "stateful", "reconstructor",
+                  "reconstructor-jvm")
 
 
 def _live_fleet(prefix: str, topics: list[str], sessions: int, rows: int, rounds: int) -> list[Planned]:
@@ -502,6 +509,7 @@ def floor(spark, args, work: Path) -> dict:
            "ratio_jvm_trivial_to_jvm_aggregate": ratio("jvm-trivial", "jvm-aggregate"),
            "ratio_jvm_engine_to_jvm_trivial": ratio("jvm-engine", "jvm-trivial"),
            "ratio_jvm_trivial_messages_to_jvm_trivial": ratio("jvm-trivial-messages", "jvm-trivial"),
+           "ratio_jvm_walk_messages_to_jvm_trivial": ratio("jvm-walk-messages", "jvm-trivial"),
            "ratio_stateful_to_jvm_engine": ratio("stateful", "jvm-engine"),
            "ratio_stateful_to_trivial": ratio("stateful", "trivial"),
            "ratio_stateful_to_trivial_wide": ratio("stateful", "trivial-wide"),
@@ -540,6 +548,8 @@ def _print_floor(f: dict) -> None:
          "(the reconstructor's function)")
     show("ratio_jvm_trivial_messages_to_jvm_trivial", "trivial JVM stateful step over one row per record (rows as "
          "arrays) / over the engine's exploded rows")
+    show("ratio_jvm_walk_messages_to_jvm_trivial", "the same over messages, reading every row's values out of the "
+         "arrays / trivial over the engine's exploded rows")
     show("ratio_jvm_engine_to_jvm_prototype", "JVM engine's stateful step / JVM state-step prototype")
     show("ratio_stateful_to_jvm_engine", "Python engine's stateful step / JVM engine's")
     show("ratio_stateful_to_trivial", "Python engine's stateful step / trivial applyInPandasWithState")
