@@ -1,6 +1,7 @@
 package reconstructor.bench;
 
 import java.util.Collections;
+import java.io.Serializable;
 
 import org.apache.spark.api.java.function.FlatMapGroupsWithStateFunction;
 import org.apache.spark.sql.Dataset;
@@ -21,15 +22,25 @@ import org.apache.spark.sql.types.StructType;
 public final class TrivialStateStep {
   private TrivialStateStep() {}
 
+  /** What one input row adds to its group's count; shipped to the executors with the function. */
+  interface RowCount extends Serializable {
+    long of(Row row);
+  }
+
   public static Dataset<Row> apply(Dataset<Row> records) {
+    return counting(records, r -> 1);
+  }
+
+  /** {@code records} grouped by {@code (topic, group_session)}, as the engine groups them, each
+   * group's {@code count} of its input rows added to a long kept in the state, one row out per group. */
+  static Dataset<Row> counting(Dataset<Row> records, RowCount count) {
     StructType key = StructType.fromDDL("topic STRING, group_session STRING");
     StructType out = StructType.fromDDL("topic STRING, session STRING, rows BIGINT");
     StructType state = StructType.fromDDL("rows BIGINT");
-    FlatMapGroupsWithStateFunction<Row, Row, Row, Row> count = (k, rows, st) -> {
+    FlatMapGroupsWithStateFunction<Row, Row, Row, Row> step = (k, rows, st) -> {
       long n = st.exists() ? st.get().getLong(0) : 0;
       while (rows.hasNext()) {
-        rows.next();
-        n++;
+        n += count.of(rows.next());
       }
       st.update(RowFactory.create(n));
       return Collections.singletonList(
@@ -37,7 +48,7 @@ public final class TrivialStateStep {
     };
     return records.groupBy(records.col("topic"), records.col("group_session"))
         .as(Encoders.row(key), Encoders.row(records.schema()))
-        .flatMapGroupsWithState(count, OutputMode.Append(), Encoders.row(state), Encoders.row(out),
+        .flatMapGroupsWithState(step, OutputMode.Append(), Encoders.row(state), Encoders.row(out),
                                 GroupStateTimeout.NoTimeout());
   }
 }
