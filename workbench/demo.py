@@ -103,8 +103,7 @@ def produce_fleet(bootstrap: str, args, honor: str | None = None) -> ProducedFle
         # A sensor keeps its session open while it may be asked: the ends wait for ``finish``.
         ends = [p for p in messages if p.message.get("type") == "end"]
         messages = [p for p in messages if p.message.get("type") != "end"]
-        fleet.sensors = FleetSensors.of([p for p in planned if p.message.get("type") != "end"], messages,
-                                        partitions)
+        fleet.sensors = FleetSensors.of(planned, messages, partitions)
         fleet.held_ends = [p.session for p in ends]
         fleet.responder = ResyncResponder(bootstrap, honor, fleet.sensors, producer).start()
     publish(producer, messages, partitions)

@@ -42,9 +42,11 @@ class FleetSensors:
 
     @classmethod
     def of(cls, held: list[Planned], sent: list[Planned], partitions: dict[str, int] | None) -> "FleetSensors":
-        """``held``: the sensors' own messages; ``sent``: what reached Kafka of them (a fault may
-        have lost or broken some): the sessions answered are those ``sent`` names."""
-        tables = expected_tables([p for p in held if p.message["type"] != "end"])
+        """``held``: the sensors' own messages, their sessions' ends aside (a sensor that answers
+        requests holds them back); ``sent``: what reached Kafka of them (a fault may have lost or
+        broken some): the sessions answered are those ``sent`` names."""
+        held = [p for p in held if p.message["type"] != "end"]
+        tables = expected_tables(held)
         fleet = cls()
         named = {p.session for p in sent}
         for p in held:

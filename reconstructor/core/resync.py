@@ -32,8 +32,9 @@ DEFAULT_RESYNC_INTERVAL = dt.timedelta(minutes=5)
 
 @dataclass(frozen=True)
 class SetAside:
-    """A session's first record the batch recorded (in Kafka order, snapshot drifts aside), and the
-    session's row in ``sessions`` after the batch's writes (None: the table holds no row)."""
+    """What the batch recorded of a session (snapshot drifts aside): its last violation, else its
+    last record set aside; beside the session's row in ``sessions`` after the batch's writes
+    (``status`` None: the table holds no row)."""
 
     topic: str
     session: str

@@ -21,9 +21,18 @@ from reconstructor.errors import ReconstructorError, UsageError, error_line
 ROW_VERSIONS = "row_versions"
 
 
+def _backquoted(part: str) -> str:
+    return "`" + part.replace("`", "``") + "`"
+
+
 def quoted(name: str) -> str:
     """A catalog name (``catalog.schema`` or ``schema``, ``table``) as SQL, each part back-quoted."""
-    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
+    return ".".join(_backquoted(part) for part in name.split("."))
+
+
+def path_ref(path: str) -> str:
+    """The Delta table at ``path`` as SQL names it (``delta.`s3a://...```)."""
+    return "delta." + _backquoted(path)
 
 
 def _sql_text(text: str) -> str:
@@ -44,7 +53,7 @@ def comment_tables(spark: SparkSession, output: str, schema: RowSchema) -> int:
     for name in TABLES:
         path = table_path(output, name)
         table = DeltaTable.forPath(spark, path)
-        ref = "delta.`" + path.replace("`", "``") + "`"
+        ref = path_ref(path)
         current = {f.name: (f.metadata or {}).get("comment") for f in table.toDF().schema.fields}
         columns = missing_comments(name, current, schema)
         if columns:

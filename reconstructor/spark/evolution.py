@@ -16,16 +16,13 @@ from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.contract.tables import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS, SESSIONS,
                                   SESSIONS_FIELDS, table_path)
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.transactions import side_by_side
 from reconstructor.contract.evolution import TableColumn, TableEvolution, plan_evolution, wanted_columns
 
 #: The tables whose columns follow the row schema or grew since they were first written (the
 #: chain's, in ``row_changes`` and ``sessions``), and their field lists.
 EVOLVED_TABLES = {ROW_CHANGES: ROW_CHANGES_FIELDS, CURRENT_ROWS: CURRENT_ROWS_FIELDS, SESSIONS: SESSIONS_FIELDS}
-
-
-def _table_ref(path: str) -> str:
-    return "delta.`" + path.replace("`", "``") + "`"
 
 
 def evolve_tables(spark: SparkSession, output: str, schema: RowSchema) -> list[TableEvolution]:
@@ -51,7 +48,7 @@ def evolve_tables(spark: SparkSession, output: str, schema: RowSchema) -> list[T
             raise UsageError(p.refusal)
     needed = [p for p in plans if p.needed]
     try:
-        side_by_side(spark, *[functools.partial(spark.sql, p.alter_sql(_table_ref(table_path(output, p.table))))
+        side_by_side(spark, *[functools.partial(spark.sql, p.alter_sql(path_ref(table_path(output, p.table))))
                               for p in needed])
     except Exception as exc:  # noqa: BLE001 - any failure here is the output's
         raise ReconstructorError(

@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 
 from workbench.fleet import FleetSpec, inject, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core.data_loss import offsets_from_log
 # The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
 from tests.support.cli import cli_in_process as cli
 from tests.support.cli import produce as produce_fleet
@@ -38,10 +39,10 @@ def violations(spark, out) -> list[tuple]:
 
 
 def _batch_ends(chk: str) -> list[dict]:
-    """Each committed batch's end offsets, ``{topic: {partition: offset}}``, from the checkpoint."""
+    """Each committed batch's end offsets, ``{(topic, partition): offset}``, from the checkpoint."""
     folder = Path(chk) / "offsets"
     files = sorted((f for f in folder.iterdir() if f.name.isdigit()), key=lambda f: int(f.name))
-    return [json.loads(f.read_text().splitlines()[-1]) for f in files]
+    return [offsets_from_log(f.read_text()) for f in files]
 
 
 def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs_each_at_its_next_snapshot(
@@ -102,7 +103,7 @@ def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs
     left_quarantined = set()
     for session in victims:
         topic, part, offset = by_session[session][0][:3]
-        batch_end = next(end[topic][str(part)] for end in ends if end[topic][str(part)] > offset)
+        batch_end = next(end[(topic, part)] for end in ends if end[(topic, part)] > offset)
         resynced_at = min(o for s, o in snapshots if s == session and o >= offset)
         if resynced_at >= batch_end:  # past the batch that quarantined it
             left_quarantined.add(session)
