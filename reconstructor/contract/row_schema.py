@@ -41,7 +41,7 @@ _SPARK_DDL = {
 RESERVED_NAMES = frozenset({
     "bad_key", "bad_value", "chain_digest", "chain_prev", "env_error", "error", "event_ts",
     "group_session", "has_values", "hour", "info", "is_latest", "json_type_id", "json_type_op",
-    "kafka_ts", "key", "msg_ok", "offset", "op", "op_raw", "partition", "record", "row_fields",
+    "kafka_ts", "key", "msg_ok", "nested_rows", "offset", "op", "op_raw", "partition", "record", "row_fields",
     "row_id", "row_pair", "row_pos", "row_variant", "seq", "session", "topic", "type", "typed_row",
     "unknown_column", "unknown_row_field", "updated_at", "value", "values_fields",
 })

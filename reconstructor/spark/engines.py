@@ -17,6 +17,7 @@ from reconstructor.errors import UsageError
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
 from reconstructor.spark.jvm_engine import reconstruct_jvm
+from reconstructor.spark.parse import parse_records
 from reconstructor.spark.stateful import reconstruct
 
 #: The checkpoint file (beside Spark's own) naming the engine the checkpoint was written by.
@@ -46,6 +47,13 @@ def record_engine(spark: SparkSession, checkpoint: CheckpointState, engine: Stat
     """Record ``engine`` in a checkpoint that has committed no batch yet (one that has keeps its own)."""
     if checkpoint_engine(spark, checkpoint) is None:
         write_checkpoint_file(spark, checkpoint.location, ENGINE_FILE, StatefulEngine(engine).value + "\n")
+
+
+def parse_for(engine: StatefulEngine, kafka: DataFrame, schema, *, keep_values: bool) -> DataFrame:
+    """The parse stage's records as ``engine``'s step takes them: the JVM engine checks and reads a
+    vouched message's rows itself, so they reach it unexploded (``parse_records(nested_rows=True)``)."""
+    return parse_records(kafka, schema, keep_values=keep_values,
+                         nested_rows=StatefulEngine(engine) == StatefulEngine.JVM)
 
 
 def reconstruct_with(engine: StatefulEngine, records: DataFrame, schema, *, chain_key: str | None,

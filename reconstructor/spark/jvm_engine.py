@@ -2,8 +2,10 @@
 function of ``jvm/`` (``reconstructor.jvm.Engine``), loaded from the engine jar that ``make jars``
 builds into the Spark jars folder.
 
-It takes the parse stage's records as they are (the JVM reads a long beside a null exactly, so
-none of the Python engine's null masks) and returns the same records (``records_ddl``) as the
+It takes the parse stage's records with a vouched message's rows nested
+(``parse_records(nested_rows=True)``: the Java function reads and checks them, which costs less
+than the operator's handling one input row per message row) and with no null masks (the JVM reads a
+long beside a null exactly), and returns the same records (``records_ddl``) as the
 Python engine's ``stateful.reconstruct``, so the sinks take either.  The Python core is its
 specification: a differential property test runs both over the same streams.
 """
@@ -19,11 +21,13 @@ from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import STATE_DDL, records_ddl
 from reconstructor.core.data_loss import DataLoss
 from reconstructor.core.policy import STRICT, IntegrityPolicy
+from reconstructor.core.timestamps import RFC3339_PATTERN
 from reconstructor.errors import UsageError
+from reconstructor.spark.parse import TS_RANGE_TEXT, TS_RANGE_US
 
 #: The engine jar's file name in the Spark jars folder, and the version of it this code speaks to.
 ENGINE_JAR = "reconstructor-engine.jar"
-ENGINE_VERSION = "1"
+ENGINE_VERSION = "2"
 
 
 def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapshot: bool, state_retention_ms: int,
@@ -44,6 +48,9 @@ def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapsho
         "chain_seeds": [[t, s, int(q), prev] for (t, s, q), prev in (chain_seeds or {}).items()],
         "state_ddl": STATE_DDL,
         "records_ddl": records_ddl(schema),
+        "timestamp_pattern": RFC3339_PATTERN,
+        "time_range_us": TS_RANGE_US,
+        "time_range_text": TS_RANGE_TEXT,
     })
 
 

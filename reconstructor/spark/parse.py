@@ -45,10 +45,12 @@ ROW_FIELDS = ("id", "op", "values")
 # walks every row, which costs more than parsing the JSON itself.
 SCALAR_ENVELOPE_FIELDS = ("session", "seq", "type", "ts")
 SCALAR_ROW_FIELDS = ("id", "op")
+#: ``parse_records(nested_rows=True)``'s column: a vouched message's rows, unexploded.
+NESTED_ROWS = "nested_rows"
 #: The parse's own columns that share a frame with the row columns (besides the core's ``INPUT``):
 #: a row column of one of these names would make each reference to it ambiguous, so none may take
 #: one (``reconstructor.contract.row_schema.RESERVED_NAMES``).
-ROW_STAGE_COLUMNS = ("group_session", "bad_key", "bad_value", "msg_ok", "env_error", "row_pair",
+ROW_STAGE_COLUMNS = ("group_session", NESTED_ROWS, "bad_key", "bad_value", "msg_ok", "env_error", "row_pair",
                      "row_variant", "typed_row", "row_fields", *(f"json_type_{f}" for f in SCALAR_ROW_FIELDS),
                      "has_values", "op_raw", "values_fields", "unknown_row_field", "unknown_column")
 _INTEGER = "('TINYINT', 'SMALLINT', 'INT', 'BIGINT')"
@@ -309,17 +311,24 @@ def _vouched_row_error(schema: RowSchema) -> Column:
 
 
 def parse_records(kafka: DataFrame, schema: RowSchema, *, fast_path: bool = True,
-                  keep_values: bool = False) -> DataFrame:
+                  keep_values: bool = False, nested_rows: bool = False) -> DataFrame:
     """Columns: topic, group_session, then ``reconstructor.core.frames.INPUT`` and the row columns;
     with ``keep_values``, then ``VALUE``: the record's raw Kafka value (bad bytes replaced) on its
     first row only, for the ``violations`` table of quarantine mode.
 
     ``fast_path=False`` runs every check on every record: the reference the tests compare with.
+
+    ``nested_rows`` (the JVM engine's input) leaves a vouched message unexploded: one row, its
+    ``row_pos`` null, its rows as ``from_json`` read them in ``NESTED_ROWS`` and its ``error`` the
+    record's own only.  The step that takes it runs ``_vouched_row_error``'s checks itself, with the
+    same words (``reconstructor.jvm.NestedRows``): a stateful operator's cost grows with its input
+    rows, and a message's rows are what the explode multiplies.  A message the fast path does not
+    vouch for is exploded and checked here as without it.
     """
     env = _read_messages(_kafka_text(kafka), schema, fast_path)
-    env = _row_arrays(_checked_envelope(env), schema)
-    rows = _row_values(_explode_rows(env, keep_values), schema)
-    return _output(rows, schema, _row_error(schema), keep_values)
+    env = _row_arrays(_checked_envelope(env), schema, nested_rows)
+    rows = _row_values(_explode_rows(env, keep_values, nested_rows), schema)
+    return _output(rows, schema, _row_error(schema), keep_values, nested_rows)
 
 
 def _kafka_text(kafka: DataFrame) -> DataFrame:
@@ -390,25 +399,29 @@ def _envelope_error() -> Column:
     ]))
 
 
-def _row_arrays(env: DataFrame, schema: RowSchema) -> DataFrame:
+def _row_arrays(env: DataFrame, schema: RowSchema, nested_rows: bool) -> DataFrame:
     """The two row arrays to explode side by side.
 
-    A vouched message explodes its typed rows (beside null variants); a checked one its variant
-    rows, each beside its typed twin where from_json has one (it is not used there)."""
+    A vouched message explodes its typed rows (beside null variants), or with ``nested_rows``
+    nothing (it keeps them whole in ``NESTED_ROWS``); a checked one its variant rows, each beside
+    its typed twin where from_json has one (it is not used there)."""
+    vouched_variants, vouched_typed = (("NULL", "NULL") if nested_rows else
+                                       ("array_repeat(CAST(NULL AS VARIANT), size(typed_message.rows))",
+                                        "typed_message.rows"))
     return env.select(
         "*",
-        F.expr("CASE WHEN msg_ok THEN array_repeat(CAST(NULL AS VARIANT), size(typed_message.rows)) "
-               "ELSE rows END").alias("row_variants"),
-        F.expr(f"CASE WHEN msg_ok THEN typed_message.rows ELSE slice(coalesce(typed_message.rows, "
+        F.expr(f"CASE WHEN msg_ok THEN {vouched_variants} ELSE rows END").alias("row_variants"),
+        F.expr(f"CASE WHEN msg_ok THEN {vouched_typed} ELSE slice(coalesce(typed_message.rows, "
                f"CAST(array() AS {_typed_rows_ddl(schema)})), 1, size(rows)) END").alias("typed_rows"),
     )
 
 
-def _explode_rows(env: DataFrame, keep_values: bool) -> DataFrame:
+def _explode_rows(env: DataFrame, keep_values: bool, nested_rows: bool) -> DataFrame:
     """One row per message row (a message without rows keeps one, ``row_pos`` null), with the
     envelope's values from the path that vouched for or checked the message, and its error."""
     raw = [F.expr("make_valid_utf8(text)").alias(VALUE)] if keep_values else []
-    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "bad_key", "bad_value", "msg_ok", *raw,
+    nested = [F.expr("CASE WHEN msg_ok THEN typed_message.rows END").alias(NESTED_ROWS)] if nested_rows else []
+    env = env.select("topic", "partition", "offset", "kafka_ts", "key", "bad_key", "bad_value", "msg_ok", *raw, *nested,
                      _fast_or_checked("typed_message.session", "session"),
                      # A seq that is no JSON integer (1.0, "7") is no seq: the record names none.
                      _fast_or_checked("typed_message.seq",
@@ -491,7 +504,7 @@ def _record_error() -> Column:
                f"{TS_RANGE_TEXT}')"))
 
 
-def _output(rows: DataFrame, schema: RowSchema, error: Column, keep_values: bool) -> DataFrame:
+def _output(rows: DataFrame, schema: RowSchema, error: Column, keep_values: bool, nested_rows: bool) -> DataFrame:
     """``parse_records``' columns.  A time outside the range is nulled beside its error, so that no
     conversion ever sees it; so is an infinity, which no JSON number is."""
     return rows.select(
@@ -511,4 +524,5 @@ def _output(rows: DataFrame, schema: RowSchema, error: Column, keep_values: bool
           F.expr(f"CASE WHEN NOT {_infinite(f'`{c.name}`')} THEN `{c.name}` END").alias(c.name)
           if c.type == "double" else c.name for c in schema.columns],
         *([F.expr(f"CASE WHEN coalesce(row_pos, 0) = 0 THEN {VALUE} END").alias(VALUE)] if keep_values else []),
+        *([NESTED_ROWS] if nested_rows else []),
     )

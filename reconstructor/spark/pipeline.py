@@ -27,11 +27,10 @@ from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 from reconstructor.spark.evolution import evolve_tables
-from reconstructor.spark.parse import parse_records
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.sinks.resync import ResyncRequests
 from reconstructor.spark.source import kafka_stream
-from reconstructor.spark.engines import reconstruct_with, record_engine, refuse_other_engine
+from reconstructor.spark.engines import parse_for, reconstruct_with, record_engine, refuse_other_engine
 
 
 def _ms(duration: dt.timedelta) -> int:
@@ -258,7 +257,7 @@ def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, regist
         kafka_options=dict(cfg.kafka),
         assign_offsets=replay,  # a replay reads exactly the partitions its plan names
     )
-    return reconstruct_with(cfg.engine, parse_records(raw, schema, keep_values=policy.quarantine), schema,
+    return reconstruct_with(cfg.engine, parse_for(cfg.engine, raw, schema, keep_values=policy.quarantine), schema,
                             session_timeout_ms=_ms(cfg.session_timeout),
                             await_snapshot=cfg.await_snapshot,
                             state_retention_ms=_ms(cfg.state_retention),

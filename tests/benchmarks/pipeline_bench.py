@@ -289,7 +289,7 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from reconstructor.spark.engines import reconstruct_with
+    from reconstructor.spark.engines import parse_for, reconstruct_with
     from reconstructor.spark.pipeline import start
     from reconstructor.spark.parse import parse_records
     from reconstructor.spark.source import kafka_stream
@@ -348,7 +348,8 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     elif name in STATEFUL_STEPS:
         # The product's stateful step under either engine, with a run's defaults.
         defaults = Settings()
-        frame = reconstruct_with(STATEFUL_STEPS[name], parsed, schema, chain_key=None,
+        engine = STATEFUL_STEPS[name]
+        frame = reconstruct_with(engine, parse_for(engine, raw, schema, keep_values=False), schema, chain_key=None,
                                  session_timeout_ms=int(defaults.session_timeout.total_seconds() * 1000),
                                  state_retention_ms=int(defaults.state_retention.total_seconds() * 1000))
     else:

@@ -43,6 +43,10 @@ final class EngineSettings implements Serializable {
   final Map<String, String> chainSeeds = new HashMap<>();
   final String stateDdl;
   final String recordsDdl;
+  /** How the parse stage reads a time: its grammar, and the range of epoch microseconds it carries. */
+  final String timestampPattern;
+  final long timeRangeUs;
+  final String timeRangeText;
 
   EngineSettings(String json) {
     JsonNode root;
@@ -78,6 +82,9 @@ final class EngineSettings implements Serializable {
     }
     stateDdl = root.get("state_ddl").asText();
     recordsDdl = root.get("records_ddl").asText();
+    timestampPattern = root.get("timestamp_pattern").asText();
+    timeRangeUs = root.get("time_range_us").asLong();
+    timeRangeText = root.get("time_range_text").asText();
   }
 
   boolean audits() {

@@ -15,7 +15,7 @@ import org.apache.spark.sql.types.StructType;
  */
 final class Layout implements Serializable {
   final int topic, groupSession, partition, offset, kafkaTs, key, session, seq, type, eventTs, rowPos, rowId, op,
-      error, value;
+      error, value, nestedRows;
   final int[] columns;
   final String[] columnTypes;
   /** Whether Spark hands times over as {@code java.time.Instant} ({@code spark.sql.datetime.java8API.enabled}). */
@@ -37,6 +37,7 @@ final class Layout implements Serializable {
     op = in.fieldIndex("op");
     error = in.fieldIndex("error");
     value = in.getFieldIndex("value").isDefined() ? in.fieldIndex("value") : -1;
+    nestedRows = in.getFieldIndex("nested_rows").isDefined() ? in.fieldIndex("nested_rows") : -1;
     columns = new int[names.length];
     for (int i = 0; i < names.length; i++) {
       columns[i] = in.fieldIndex(names[i]);
@@ -56,6 +57,16 @@ final class Layout implements Serializable {
     if (!r.isNullAt(error)) {
       return r.getString(error);
     }
+    return keyReason(r);
+  }
+
+  /** A vouched message's rows left whole by the parse stage, null when the row is one of them. */
+  java.util.List<Row> nestedRows(Row r) {
+    return nestedRows < 0 || r.isNullAt(nestedRows) ? null : r.getList(nestedRows);
+  }
+
+  /** Why the record's Kafka key makes it malformed, null when it does not. */
+  String keyReason(Row r) {
     if (r.isNullAt(key)) {
       return "the Kafka record has no key; the key must be its session";
     }

@@ -65,15 +65,25 @@ final class Message {
     return t.equals(type);
   }
 
-  /** The group's rows as messages, in no particular order (``Continuity`` orders them). */
-  static List<Message> gather(Iterator<Row> rows, Layout in) {
+  /** The group's rows as messages, in no particular order (``Continuity`` orders them): a vouched
+   * message with its rows nested is one row ({@link NestedRows}), any other one row per message row. */
+  static List<Message> gather(Iterator<Row> rows, Layout in, NestedRows nested) {
     Map<List<Long>, List<Row>> byRecord = new LinkedHashMap<>();
+    List<Message> out = new ArrayList<>();
     while (rows.hasNext()) {
       Row r = rows.next();
+      List<Row> whole = in.nestedRows(r);
+      if (whole != null) {
+        Message m = in.message(r);
+        m.value = in.value >= 0 && !r.isNullAt(in.value) ? r.getString(in.value) : null;
+        m.bad = r.isNullAt(in.error) ? null : r.getString(in.error);
+        nested.read(whole, m, in.keyReason(r));
+        out.add(m);
+        continue;
+      }
       byRecord.computeIfAbsent(List.of((long) r.getInt(in.partition), r.getLong(in.offset)),
                                k -> new ArrayList<>()).add(r);
     }
-    List<Message> out = new ArrayList<>(byRecord.size());
     Comparator<Row> byPos = Comparator.comparing(r -> r.isNullAt(in.rowPos) ? null : r.getInt(in.rowPos),
                                                  Comparator.nullsLast(Comparator.naturalOrder()));
     for (List<Row> own : byRecord.values()) {

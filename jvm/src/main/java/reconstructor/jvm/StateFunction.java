@@ -26,6 +26,7 @@ import org.apache.spark.sql.types.StructType;
 final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Row, Row> {
   private final EngineSettings cfg;
   private final Layout in;
+  private final NestedRows nested;
   private final SessionState.Fields fields;
   private final Records out;
   private final Chain chain;
@@ -33,6 +34,7 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
   StateFunction(EngineSettings cfg, Layout in, StructType stateSchema, StructType recordsSchema) {
     this.cfg = cfg;
     this.in = in;
+    this.nested = new NestedRows(cfg);
     this.fields = new SessionState.Fields(stateSchema);
     this.out = new Records(recordsSchema, cfg.names.length, in);
     this.chain = new Chain(cfg.chainKey, cfg.names, cfg.types);
@@ -56,7 +58,7 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
       previous = previous.copy();
       previous.status = SessionState.QUARANTINED;
     }
-    BatchStep result = BatchStep.run(topic, session, Message.gather(rows, in), previous, cfg);
+    BatchStep result = BatchStep.run(topic, session, Message.gather(rows, in, nested), previous, cfg);
     List<Row> emitted = new ArrayList<>();
     if (result.violation != null) {
       emitted.add(out.violation(Records.VIOLATION, topic, session, result.violation));

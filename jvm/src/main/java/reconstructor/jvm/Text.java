@@ -112,6 +112,11 @@ final class Text {
     out.append('"');
   }
 
+  /** The first {@code n} code points of {@code s}, as Spark's {@code substr(s, 1, n)} takes them. */
+  static String codePoints(String s, int n) {
+    return s.codePointCount(0, s.length()) <= n ? s : s.substring(0, s.offsetByCodePoints(0, n));
+  }
+
   static String jsonString(String s) {
     StringBuilder out = new StringBuilder(s.length() + 2);
     jsonString(out, s);
