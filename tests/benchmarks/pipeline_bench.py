@@ -281,7 +281,8 @@ def _noop_run(spark, frame, root: Path, mode: str = "append") -> list[dict]:
 #: The floor's runs of the whole reconstructor, and the engine each runs its stateful step on.
 RECONSTRUCTORS = {"reconstructor": StatefulEngine.PYTHON, "reconstructor-jvm": StatefulEngine.JVM}
 #: The floor's runs of the stateful step alone (to ``noop``), and their engines.
-STATEFUL_STEPS = {"stateful": StatefulEngine.PYTHON, "jvm-engine": StatefulEngine.JVM}
+STATEFUL_STEPS = {"stateful": StatefulEngine.PYTHON, "jvm-engine": StatefulEngine.JVM,
+                  "jvm-engine-exploded": StatefulEngine.JVM}
 
 
 def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int) -> tuple[list[dict], dict]:
@@ -348,8 +349,11 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     elif name in STATEFUL_STEPS:
         # The product's stateful step under either engine, with a run's defaults.
         defaults = Settings()
+        # jvm-engine-exploded: the JVM engine over every message row exploded, as it read them before
+        # vouched messages reached it whole (the jar reads either).
         engine = STATEFUL_STEPS[name]
-        frame = reconstruct_with(engine, parse_for(engine, raw, schema, keep_values=False), schema, chain_key=None,
+        records = parsed if name == "jvm-engine-exploded" else parse_for(engine, raw, schema, keep_values=False)
+        frame = reconstruct_with(engine, records, schema, chain_key=None,
                                  session_timeout_ms=int(defaults.session_timeout.total_seconds() * 1000),
                                  state_retention_ms=int(defaults.state_retention.total_seconds() * 1000))
     else:
@@ -379,7 +383,7 @@ def _messages(raw, schema):
 
 
 FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-trivial", "jvm-trivial-messages", "jvm-walk-messages",
-                  "jvm-prototype", "jvm-engine", "trivial", "trivial-wide", "stateful", "reconstructor",
+                  "jvm-prototype", "jvm-engine", "jvm-engine-exploded", "trivial", "trivial-wide", "stateful", "reconstructor",
                   "reconstructor-jvm")
 
 
