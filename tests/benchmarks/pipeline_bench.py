@@ -370,7 +370,7 @@ def _messages(raw, schema):
     from reconstructor.spark.timestamps import rfc3339_timestamp
 
     env = parse._row_arrays(parse._checked_envelope(parse._read_messages(parse._kafka_text(raw), schema, True)),
-                            schema)
+                            schema, nested_rows=False)
     env = env.select("topic", "partition", "offset", "kafka_ts", "key", "msg_ok",
                      parse._fast_or_checked("typed_message.session", "session"),
                      parse._fast_or_checked("typed_message.seq",
