@@ -3,6 +3,7 @@ package reconstructor.jvm;
 import java.io.Serializable;
 import java.sql.Timestamp;
 import java.time.Instant;
+import java.util.List;
 
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.util.DateTimeUtils;
@@ -54,14 +55,22 @@ final class Layout implements Serializable {
   /** Why a row's record is malformed, as the Python engine's {@code kafka_order} words it; null
    * when it is not: it did not parse, or its Kafka key is missing or not its session. */
   String badReason(Row r) {
-    if (!r.isNullAt(error)) {
-      return r.getString(error);
-    }
-    return keyReason(r);
+    String own = recordError(r);
+    return own != null ? own : keyReason(r);
+  }
+
+  /** The parse stage's reason for the row's record, null when it gave none. */
+  String recordError(Row r) {
+    return r.isNullAt(error) ? null : r.getString(error);
+  }
+
+  /** The record's raw Kafka value (quarantine mode only, on its first row), else null. */
+  String rawValue(Row r) {
+    return value >= 0 && !r.isNullAt(value) ? r.getString(value) : null;
   }
 
   /** A vouched message's rows left whole by the parse stage, null when the row is one of them. */
-  java.util.List<Row> nestedRows(Row r) {
+  List<Row> nestedRows(Row r) {
     return nestedRows < 0 || r.isNullAt(nestedRows) ? null : r.getList(nestedRows);
   }
 

@@ -75,8 +75,8 @@ final class Message {
       List<Row> whole = in.nestedRows(r);
       if (whole != null) {
         Message m = in.message(r);
-        m.value = in.value >= 0 && !r.isNullAt(in.value) ? r.getString(in.value) : null;
-        m.bad = r.isNullAt(in.error) ? null : r.getString(in.error);
+        m.value = in.rawValue(r);
+        m.bad = in.recordError(r);
         nested.read(whole, m, in.keyReason(r));
         out.add(m);
         continue;
@@ -92,7 +92,7 @@ final class Message {
       }
       Row head = own.get(0);
       Message m = in.message(head);
-      m.value = in.value >= 0 && !head.isNullAt(in.value) ? head.getString(in.value) : null;
+      m.value = in.rawValue(head);
       for (Row r : own) {
         if (m.bad == null) {
           m.bad = in.badReason(r);

@@ -5,7 +5,6 @@ import java.time.DateTimeException;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
 import java.util.List;
-import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 import org.apache.spark.sql.Row;
@@ -52,32 +51,31 @@ final class NestedRows implements Serializable {
     }
     for (int pos = 0; pos < rows.size(); pos++) {
       Row row = rows.get(pos);
+      String op = row == null ? null : opText(row.get(1));
       Object[] values = new Object[names.length];
-      String error = read(row, pos, values);
+      String error = read(row, pos, op, values);
       if (m.bad == null) {
         m.bad = error != null ? error : keyReason;
       }
       if (row != null) {
-        String op = opText(row.get(1));
         m.rows.add(new Message.RowChange(pos, row.getString(0), op == null ? UPSERT : op, values));
       }
     }
   }
 
   /** Reads a row's values (a time as epoch microseconds, null where it is no time or out of
-   * range; an infinity as null) and returns its first error, null when it has none. */
-  private String read(Row row, int pos, Object[] values) {
+   * range; an infinity as null) and returns its first error, null when it has none; {@code opText}
+   * is its op's text ({@link #opText}). */
+  private String read(Row row, int pos, String opText, Object[] values) {
     String prefix = "rows[" + pos + "]";
     if (row == null) {
       return prefix + " is not an object";
     }
     String error = null;
     String id = row.getString(0);
-    Object op = row.get(1);
-    String opText = opText(op);
     if (id == null || id.isEmpty()) {
       error = prefix + ".id must be a non-empty string";
-    } else if (op != null && !(UPSERT.equals(opText) || DELETE.equals(opText))) {
+    } else if (!row.isNullAt(1) && !(UPSERT.equals(opText) || DELETE.equals(opText))) {
       error = prefix + ".op must be upsert or delete";
     } else if (DELETE.equals(opText) && !row.isNullAt(2)) {
       error = prefix + " is a delete and carries values";
@@ -138,20 +136,18 @@ final class NestedRows implements Serializable {
    * offset applied.
    */
   Long micros(String t) {
-    Matcher grammar = rfc3339.matcher(t);
-    if (!grammar.find()) {
+    if (!rfc3339.matcher(t).find()) {
       return null;
     }
-    char last = Character.toUpperCase(t.charAt(t.length() - 1));
-    boolean zulu = last == 'Z';
     int n = t.length();
+    boolean zulu = Character.toUpperCase(t.charAt(n - 1)) == 'Z';
     if (!zulu && (t.substring(n - 5, n - 3).compareTo("23") > 0 || t.substring(n - 2).compareTo("59") > 0)) {
       return null;
     }
     boolean leap = t.startsWith("60", 17);
     int second = leap ? 59 : Integer.parseInt(t.substring(17, 19));
     int nanos = 0;
-    if (t.length() > 19 && t.charAt(19) == '.') {
+    if (n > 19 && t.charAt(19) == '.') {
       int end = 20;
       while (end < n && Character.isDigit(t.charAt(end))) {
         end++;
