@@ -1,4 +1,7 @@
-"""The CLI end to end on the local stack: produce, run, state; exit 3 on an integrity violation."""
+"""The CLI end to end on the local stack: produce, run, state; exit 3 on an integrity violation.
+
+The run and ``state`` go through the CLI's entry point over the suite's SparkSession; the failing
+run is a process of its own, whose exit code the user's scheduler sees."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import json
 import pytest
 
 from reconstructor.contract.row_schema import RowSchema
-from tests.support.cli import cli, produce
+from tests.support.cli import cli, cli_in_process, produce
 from tests.support.pipeline import current_tables
 
 pytestmark = pytest.mark.integration
@@ -21,13 +24,13 @@ def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stac
                    "--sessions", "2", "--rows", "25", "--updates", "40", "--no-end")
     assert produced.returncode == 0, produced.stderr
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
-    ran = cli("run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{good}[0-9]+",
-              "--output", out, "--checkpoint", chk, "--compact-every", "off")
+    ran = cli_in_process("run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{good}[0-9]+",
+                         "--output", out, "--checkpoint", chk, "--compact-every", "off")
     assert ran.returncode == 0, ran.stderr[-2000:]
 
     # `state` reads the checkpoint; it must equal the session's rows in current_rows.
     topic, session = f"{good}1", f"{good}1-session-1"
-    shown = cli("state", "--checkpoint", chk, "--topic", topic, "--session", session, "--format", "json")
+    shown = cli_in_process("state", "--checkpoint", chk, "--topic", topic, "--session", session, "--format", "json")
     assert shown.returncode == 0, shown.stderr[-2000:]
     state = json.loads(shown.stdout)
     assert state["session"]["status"] == "open" and state["session"]["last_seq"] == 40

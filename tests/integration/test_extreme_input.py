@@ -4,8 +4,8 @@ Times outside the range pandas carries (nanoseconds since 1970, 1677..2262), a k
 not UTF-8, an empty session id, a record with no key and no JSON: each is produced raw to a fresh
 topic and the query must stop on the violation naming topic, partition and offset, the micro-batch
 holding it writing nothing; never a crashed worker.  Each case runs in this process on the shared
-SparkSession; the last tests run ``reconstructor run`` itself, which must exit 3 with the
-contract's line.
+SparkSession; the last tests go through ``reconstructor run``'s entry point, which must return 3
+with the contract's line (``test_outages`` holds a real process to exit 3).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from reconstructor.errors import IntegrityViolationError
 from tests.support.pipeline import read_table, run
-from tests.support.cli import cli
+from tests.support.cli import cli_in_process
 from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration
@@ -50,8 +50,9 @@ def _produce(bootstrap: str, topic: str, records) -> None:
 
 
 def _run(bootstrap: str, topic: str, out, chk):
-    return cli("run", "--bootstrap-servers", bootstrap, "--topic-pattern", topic,
-               "--output", str(out), "--checkpoint", str(chk), "--compact-every", "off")
+    """``reconstructor run`` through its entry point, over the suite's SparkSession."""
+    return cli_in_process("run", "--bootstrap-servers", bootstrap, "--topic-pattern", topic,
+                          "--output", str(out), "--checkpoint", str(chk), "--compact-every", "off")
 
 
 def _malformed_line(ran, topic: str, offset: int) -> str:
