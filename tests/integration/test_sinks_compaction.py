@@ -94,7 +94,7 @@ def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spar
             event_time_as_kafka_time=True)
     out = str(tmp_path / "out")
     cfg = stream_config(f"sc{run_id}-sensor-[0-9]+", out, str(tmp_path / "chk"), trigger="1 second",
-                        max_offsets_per_trigger=80, compact_every="2 seconds", compact_grace="0 seconds")
+                        max_offsets_per_trigger=40, compact_every="2 seconds", compact_grace="0 seconds")
     running = pipeline.start(spark, cfg, vacuum_in_stream=False)
     query, compactor = running.query, running.compactor
     try:
