@@ -17,6 +17,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
 	@echo "make test              install what is missing, start Kafka + S3, run the tests, stop them"
+	@echo "                       (on TEST_WORKERS=2 pytest workers; TEST_WORKERS=1 for one process)"
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
 	@echo "make fuzz              the fuzz suite and the engines' differential test on a new seed (FUZZ_EXAMPLES=40)"
@@ -65,16 +66,22 @@ down:
 status: venv
 	@$(STACK) status
 
+# `make test` runs its files on TEST_WORKERS pytest workers (pytest-xdist), each with a SparkSession
+# of its own, one file to a worker: the integration tests wait on the broker, S3, triggers and
+# timeouts about a third of their time, which the other worker uses.  TEST_WORKERS=1: one process.
+TEST_WORKERS ?= 2
+PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,)
+
 test: jars
 	@$(STACK) up
-	@rc=0; $(VPY) -m pytest -m "not slow" $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+	@rc=0; $(VPY) -m pytest -m "not slow" $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 test-unit: venv
 	@$(VPY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: jars
 	@$(STACK) up
-	@rc=0; $(VPY) -m pytest -m "integration and not slow" $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+	@rc=0; $(VPY) -m pytest -m "integration and not slow" $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 test-slow: jars
 	@$(STACK) up

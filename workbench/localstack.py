@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fcntl
 import os
 import shutil
 import signal
@@ -399,8 +400,12 @@ def signal_server(name: str, sig: int) -> int:
 
 
 def up() -> list[str]:
-    """Start both servers if they are not running; return what was done."""
-    return [start_kafka(), start_s3()]
+    """Start both servers if they are not running; return what was done.  One caller at a time
+    (the test workers of ``make test`` each call it): the next finds them running."""
+    stack_dir().mkdir(parents=True, exist_ok=True)
+    with open(stack_dir() / "up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return [start_kafka(), start_s3()]
 
 
 def down() -> list[str]:

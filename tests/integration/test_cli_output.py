@@ -108,3 +108,31 @@ def test_a_missing_bucket_or_missing_credentials_is_one_line_naming_the_setting(
               "--output", output, "--checkpoint", f"{output}/_checkpoint", env=env)
     assert ran.returncode == 1, ran.stderr[-3000:]
     assert lines(ran.stderr) == ["reconstructor: " + line.format(id=run_id)]
+
+
+@pytest.mark.parametrize("message, shown", [
+    # Spark 4.2's race between the executor heartbeat and a task deserializing an accumulator
+    # (SPARK-59451): logged with a NullPointerException's stack trace on a loaded driver.
+    ("Uncaught exception in thread executor-heartbeater", False),
+    ("Uncaught exception in thread stream execution thread for [id = 1]", True),
+])
+def test_the_clis_log_configuration_drops_the_heartbeat_race_and_keeps_other_errors(spark, message, shown):
+    """The driver's log4j configuration the CLI starts the JVM with (``reconstructor.spark.logs``),
+    built in the suite's JVM apart from its running logging, judging an ERROR of Spark's ``Utils``."""
+    from reconstructor.spark.logs import LOG4J2_CONFIG
+
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    path = str(LOG4J2_CONFIG)
+    source = log4j.core.config.ConfigurationSource(jvm.java.io.FileInputStream(path), jvm.java.io.File(path))
+    config = log4j.core.config.properties.PropertiesConfigurationFactory().getConfiguration(None, source)
+    config.initialize()
+    try:
+        utils = config.getLoggerConfig("org.apache.spark.util.Utils")
+        event = (log4j.core.impl.Log4jLogEvent.newBuilder().setLoggerName("org.apache.spark.util.Utils")
+                 .setLevel(log4j.Level.ERROR).setMessage(log4j.message.SimpleMessage(message)).build())
+        assert utils.getName() == "org.apache.spark.util.Utils"  # not the root's configuration
+        assert utils.getLevel().isLessSpecificThan(log4j.Level.ERROR)  # its errors are logged ...
+        assert utils.isFiltered(event) is (not shown)  # ... but for the race
+    finally:
+        config.stop()
