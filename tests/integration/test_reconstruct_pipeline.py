@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from deltalake import DeltaTable
 
 from workbench.fleet import FleetSpec, expected_tables, inject, plan_fleet
 from reconstructor.errors import IntegrityViolationError
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import STATS_COLUMNS
 from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
                                                 offsets_of, produce, read_table, replayed_tables, run)
 
@@ -47,6 +49,10 @@ def test_thousands_of_messages_per_session_in_one_batch_rebuild_every_table_exac
         assert row.first_seq == 0 and row.last_seq == (1501 if session in closing else 1500)
         assert row.snapshot_seq == 1401  # the last resync: update slot 1400, after the first snapshot
     assert read_table(spark, out, "row_changes").count() == change_count(messages)
+    # Each file of the live tables and the log holds statistics on the contract's columns, no others.
+    for name, columns in STATS_COLUMNS.items():
+        fields = [f.name for f in DeltaTable(f"{out}/{name}").get_add_actions(flatten=True).schema]
+        assert {f.removeprefix("min.") for f in fields if f.startswith("min.")} == set(columns), (name, fields)
 
 
 def test_an_injected_gap_fails_the_query_naming_the_record_and_writes_nothing(spark, run_id, tmp_path):

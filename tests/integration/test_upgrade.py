@@ -22,7 +22,7 @@ from delta.tables import DeltaTable
 from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import TABLES
+from reconstructor.contract.tables import STATS_COLUMNS, STATS_PROPERTY, TABLES
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.pipeline import assert_exact, produce, read_table, run
@@ -30,7 +30,7 @@ from tests.support.pipeline import assert_exact, produce, read_table, run
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
 #: The last landed release: update it when a release lands.
-PREVIOUS_RELEASE = "2e8b0b3"
+PREVIOUS_RELEASE = "06f477d"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -97,6 +97,10 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
         fields = DeltaTable.forPath(spark, f"{out}/{name}").toDF().schema.fields
         assert all(f.metadata.get("comment") == column_comment(name, f.name, RowSchema.load()) for f in fields), name
     assert "resync_requested_at" in spark.table(f"{catalog}.sessions").columns
+    # ... and keep statistics on the contract's columns only from then on.
+    for name, columns in STATS_COLUMNS.items():
+        properties = DeltaTable.forPath(spark, f"{out}/{name}").detail().collect()[0].properties
+        assert properties.get(STATS_PROPERTY) == ",".join(columns), (name, properties)
     longs = {r.reading_count for r in read_table(spark, out, "row_changes").collect()}
     assert 2**63 - 1 in longs and None in longs
     # Each session's chain runs on across the two releases and verifies.

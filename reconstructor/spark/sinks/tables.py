@@ -14,10 +14,12 @@ from pyspark.util import inheritable_thread_target
 
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import (CURRENT_ROWS, ROW_CHANGES, SESSIONS, SESSIONS_DDL, TABLES, VIOLATIONS,
-                                           VIOLATIONS_DDL, current_rows_ddl, row_changes_ddl, table_path)
+from reconstructor.contract.tables import (CURRENT_ROWS, ROW_CHANGES, SESSIONS, SESSIONS_DDL, STATS_COLUMNS,
+                                           STATS_PROPERTY, TABLES, VIOLATIONS, VIOLATIONS_DDL, current_rows_ddl,
+                                           row_changes_ddl, table_path)
 from reconstructor.contract.writer import REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, replays_of
 from reconstructor.errors import ReconstructorError, error_line
+from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.transactions import side_by_side
 
 
@@ -47,14 +49,20 @@ class OutputTables:
         side_by_side(self.spark, *[functools.partial(self._create, *spec) for spec in specs])
 
     def _create(self, name: str, ddl: str, parts: list[str], props: dict[str, str]) -> None:
+        """Create ``name``; one that exists (an earlier release's) takes the contract's statistics
+        columns where it lacks them: one commit, before this writer's first."""
+        stats = {STATS_PROPERTY: ",".join(STATS_COLUMNS[name])} if name in STATS_COLUMNS else {}
         builder = (DeltaTable.createIfNotExists(self.spark).location(self.path(name))
                    .comment(TABLE_COMMENTS[name]).addColumns(commented(name, StructType.fromDDL(ddl), self.schema)))
         if parts:
             builder = builder.partitionedBy(*parts)
-        for key, value in {**props, "reconstructor.table": name,
+        for key, value in {**props, **stats, "reconstructor.table": name,
                            "reconstructor.row_schema": self.schema.name}.items():
             builder = builder.property(key, value)
-        builder.execute()
+        table = builder.execute()
+        if stats and (table.detail().collect()[0].properties or {}).get(STATS_PROPERTY) != stats[STATS_PROPERTY]:
+            self.spark.sql(f"ALTER TABLE {path_ref(self.path(name))} "
+                           f"SET TBLPROPERTIES ('{STATS_PROPERTY}' = '{stats[STATS_PROPERTY]}')")
 
     def start_creating(self) -> None:
         """``ensure`` in the background; ``await_created`` and the first write wait for it.
