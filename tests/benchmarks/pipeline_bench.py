@@ -406,10 +406,13 @@ def _delta_floor(spark, recon_out: Path, root: Path, repeat: int, rounds: int = 
     """A bare append and a bare MERGE of one batch's rows into tables of the reconstructor's size.
 
     The rows are the reconstructor's own last ``rounds`` rounds of changes (one batch's worth); the
-    MERGE target is a copy of its ``current_rows``, the append target a copy of its ``row_changes``."""
+    MERGE target is a copy of its ``current_rows``, the append target a copy of its ``row_changes``,
+    each with the table's own statistics columns (``STATS_COLUMNS``); and the same into copies
+    with Delta's default statistics (every column up to 32), the floor as it was measured before."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
+    from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, STATS_COLUMNS, STATS_PROPERTY
     from reconstructor.spark.transactions import IdempotentDml
 
     changes = spark.read.format("delta").load(str(recon_out / "row_changes"))
@@ -417,47 +420,67 @@ def _delta_floor(spark, recon_out: Path, root: Path, repeat: int, rounds: int = 
     batch = changes.filter(F.col("seq") > last - rounds).cache()
     rows = batch.count()
     current = spark.read.format("delta").load(str(recon_out / "current_rows"))
-    current.write.format("delta").save(str(root / "current"))
-    changes.write.format("delta").partitionBy("hour").save(str(root / "changes"))
+    kinds = {"own": {CURRENT_ROWS: ",".join(STATS_COLUMNS[CURRENT_ROWS]),
+                     ROW_CHANGES: ",".join(STATS_COLUMNS[ROW_CHANGES])},
+             "default": {}}
+    for kind, stats in kinds.items():
+        current.write.format("delta").save(str(root / kind / "current"))
+        changes.write.format("delta").partitionBy("hour").save(str(root / kind / "changes"))
+        for table, path in ((CURRENT_ROWS, "current"), (ROW_CHANGES, "changes")):
+            if table in stats:
+                spark.sql(f"ALTER TABLE delta.`{root / kind / path}` SET TBLPROPERTIES "
+                          f"('{STATS_PROPERTY}' = '{stats[table]}')")
     latest = (batch.groupBy("topic", "session", "row_id").agg(F.max_by(F.struct("*"), "offset").alias("r"))
               .select("r.*").withColumn("updated_at", F.col("event_ts")).select(*current.columns).cache())
     latest.count()
     assign = {c: f"source.`{c}`" for c in current.columns}
 
-    def merge():
-        (DeltaTable.forPath(spark, str(root / "current")).alias("target")
+    def merge(kind: str):
+        (DeltaTable.forPath(spark, str(root / kind / "current")).alias("target")
          .merge(latest.alias("source"), "target.topic = source.topic AND target.session = source.session "
                 "AND target.row_id = source.row_id")
          .whenMatchedUpdate(condition="source.offset >= target.offset", set=assign)
          .whenNotMatchedInsert(values=assign).execute())
 
-    appends, merges, txn_appends, txn_merges = [], [], [], []
+    seconds: dict[str, dict[str, list[float]]] = {
+        kind: {"append": [], "merge": [], "txn_append": [], "txn_merge": []} for kind in kinds}
+
+    def timed(kind: str, what: str, write) -> None:
+        started = time.perf_counter()
+        write()
+        seconds[kind][what].append(time.perf_counter() - started)
+
     app = f"floor-{uuid.uuid4().hex[:8]}"
     for i in range(repeat):
-        started = time.perf_counter()
-        batch.write.format("delta").mode("append").save(str(root / "changes"))
-        appends.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        merge()
-        merges.append(time.perf_counter() - started)
-        # The same two with Delta's own exactly-once ids (what every batch of the reconstructor
-        # asks of Delta): the price of idempotency in Delta itself.
-        started = time.perf_counter()
-        (batch.write.format("delta").mode("append").option("txnAppId", f"{app}-append").option("txnVersion", i)
-         .save(str(root / "changes")))
-        txn_appends.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        with IdempotentDml(spark, f"{app}-merge", i):
-            merge()
-        txn_merges.append(time.perf_counter() - started)
+        for kind in kinds:
+            target = str(root / kind / "changes")
+            timed(kind, "append", lambda: batch.write.format("delta").mode("append").save(target))
+            timed(kind, "merge", lambda: merge(kind))
+            # The same two with Delta's own exactly-once ids (what every batch of the reconstructor
+            # asks of Delta): the price of idempotency in Delta itself.
+            timed(kind, "txn_append", lambda: (batch.write.format("delta").mode("append")
+                                               .option("txnAppId", f"{app}-{kind}-append").option("txnVersion", i)
+                                               .save(target)))
+
+            def txn_merge():
+                with IdempotentDml(spark, f"{app}-{kind}-merge", i):
+                    merge(kind)
+            timed(kind, "txn_merge", txn_merge)
     batch.unpersist()
     latest.unpersist()
+    med = {kind: {what: statistics.median(v) for what, v in runs.items()} for kind, runs in seconds.items()}
+    own, default = med["own"], med["default"]
     return {"rows_appended": rows, "rows_merged": latest.count(), "current_rows": current.count(),
-            "append_s": statistics.median(appends), "merge_s": statistics.median(merges),
-            "appends": appends, "merges": merges,
-            "floor_s": statistics.median(appends) + statistics.median(merges),
-            "idempotent_append_s": statistics.median(txn_appends), "idempotent_merge_s": statistics.median(txn_merges),
-            "idempotent_floor_s": statistics.median(txn_appends) + statistics.median(txn_merges)}
+            "append_s": own["append"], "merge_s": own["merge"],
+            "appends": seconds["own"]["append"], "merges": seconds["own"]["merge"],
+            "floor_s": own["append"] + own["merge"],
+            "idempotent_append_s": own["txn_append"], "idempotent_merge_s": own["txn_merge"],
+            "idempotent_floor_s": own["txn_append"] + own["txn_merge"],
+            "default_stats": {"append_s": default["append"], "merge_s": default["merge"],
+                              "floor_s": default["append"] + default["merge"],
+                              "idempotent_append_s": default["txn_append"],
+                              "idempotent_merge_s": default["txn_merge"],
+                              "idempotent_floor_s": default["txn_append"] + default["txn_merge"]}}
 
 
 def _phases(timings: list) -> dict:
@@ -577,6 +600,12 @@ def _print_floor(f: dict) -> None:
     print(f"  with Delta's exactly-once ids: append {d['idempotent_append_s']:.2f}s + MERGE "
           f"{d['idempotent_merge_s']:.2f}s = {d['idempotent_floor_s']:.2f}s; transactions / that: "
           + ", ".join(f"{name} {w['writes_s'] / d['idempotent_floor_s']:.2f}"
+                      for name, w in f["reconstructor_phases"].items()))
+    dd = d["default_stats"]
+    print(f"  the same into tables with Delta's default statistics (every column): {dd['floor_s']:.2f}s, "
+          f"with the ids {dd['idempotent_append_s']:.2f}s + {dd['idempotent_merge_s']:.2f}s = "
+          f"{dd['idempotent_floor_s']:.2f}s; transactions / that: "
+          + ", ".join(f"{name} {w['writes_s'] / dd['idempotent_floor_s']:.2f}"
                       for name, w in f["reconstructor_phases"].items()) + "\n", flush=True)
 
 
