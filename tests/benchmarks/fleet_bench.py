@@ -9,6 +9,9 @@ for ``--minutes`` while the engine consumes continuously under a ``--trigger`` i
      is accepted for ``python``);
   2. ``limit``: the same Kafka source and parse appended to one Delta table, no state (Spark's
      ceiling here), with the same processing-time trigger;
+  Both Spark engines read at most ``--max-offsets`` records a batch, by default two intervals'
+  updates (2 x N x interval): the reconstructor's own default cap (200,000) would otherwise bound
+  it at 200,000 records an interval, below the updates of a fleet of 8,000 at a 30-second trigger;
   3. ``peer``: the single-process peer (``tests.benchmarks.peer``) applying records as they come and
      writing with delta-rs once per interval.
 The publisher paces itself (each second's N updates in 20 slices) and records every record's
@@ -257,7 +260,7 @@ def peer_commits(log: Path) -> list[Commit]:
 class Engine:
     """An engine under test running as a subprocess in its own process group."""
 
-    def __init__(self, name: str, bootstrap: str, pattern: str, root: Path, trigger: str):
+    def __init__(self, name: str, bootstrap: str, pattern: str, root: Path, trigger: str, max_offsets: int):
         self.name, self.root = name, root
         self.checkpoint, self.output = root / "chk", root / "out"
         self.peer_log, self.metrics_log = root / "peer.jsonl", root / "metrics.jsonl"
@@ -265,9 +268,10 @@ class Engine:
                   "--output", str(self.output), "--checkpoint", str(self.checkpoint), "--trigger", trigger]
         if name in RECONSTRUCTORS:
             cmd = [sys.executable, "-m", "reconstructor", "run", *common, "--engine", name,
-                   "--metrics-log", str(self.metrics_log)]
+                   "--metrics-log", str(self.metrics_log), "--max-offsets-per-trigger", str(max_offsets)]
         elif name == "limit":
-            cmd = [sys.executable, "-m", "tests.benchmarks.fleet_bench", "limit-run", *common]
+            cmd = [sys.executable, "-m", "tests.benchmarks.fleet_bench", "limit-run", *common,
+                   "--max-offsets", str(max_offsets)]
         else:
             cmd = [sys.executable, "-m", "tests.benchmarks.fleet_bench", "peer-run", *common,
                    "--log", str(self.peer_log)]
@@ -322,7 +326,8 @@ def limit_run(args) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    raw = kafka_stream(spark, bootstrap_servers=args.bootstrap_servers, topic_pattern=args.topic_pattern)
+    raw = kafka_stream(spark, bootstrap_servers=args.bootstrap_servers, topic_pattern=args.topic_pattern,
+                       max_offsets_per_trigger=args.max_offsets)
     parsed = parse_records(raw, RowSchema.load()).withColumn("hour", F.date_format("kafka_ts", "yyyy-MM-dd-HH"))
     query = (parsed.writeStream.format("delta").partitionBy("hour")
              .option("checkpointLocation", args.checkpoint)
@@ -405,9 +410,11 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
     sampler = EndOffsetSampler(bootstrap, partitions)
     snapshot_high = sampler.sample()
     label = f"{engine_name} N={sessions:,}"
-    engine = Engine(engine_name, bootstrap, f"{prefix}[0-9]+", work / f"{engine_name}-{sessions}", args.trigger)
+    max_offsets = args.max_offsets or round(2 * sessions * trigger_s)
+    engine = Engine(engine_name, bootstrap, f"{prefix}[0-9]+", work / f"{engine_name}-{sessions}", args.trigger,
+                    max_offsets)
     result = {"engine": engine_name, "sessions": sessions, "trigger_seconds": trigger_s,
-              "publish_seconds": seconds, "warmup_seconds": warmup}
+              "publish_seconds": seconds, "warmup_seconds": warmup, "max_offsets_per_trigger": max_offsets}
     died = None  # the engine's exit code if it ended before it was stopped
     try:
         if not _wait_for(engine, snapshot_high, args.startup_timeout):
@@ -541,6 +548,8 @@ def _engine_args(name: str, argv: list[str]):
         p.add_argument(flag, required=True)
     if name == "peer-run":
         p.add_argument("--log", required=True)
+    if name == "limit-run":
+        p.add_argument("--max-offsets", type=int, required=True)
     return p.parse_args(argv)
 
 
@@ -558,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"default {','.join(ENGINES)} (python and jvm: the reconstructor under that engine)")
     p.add_argument("--minutes", type=float, default=3.0, help="how long each fleet publishes updates (default 3)")
     p.add_argument("--trigger", type=_trigger, default="30 seconds", help="the engines' interval (default '30 seconds')")
+    p.add_argument("--max-offsets", type=int, default=None,
+                   help="the Spark engines' cap on records a batch (default: two intervals' updates, 2 x N x "
+                        "interval)")
     p.add_argument("--warmup", type=float, default=None,
                    help="seconds of updates left out of the figures (default: the first third)")
     p.add_argument("--startup-timeout", type=float, default=300.0,
