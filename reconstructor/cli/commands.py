@@ -23,7 +23,7 @@ from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, RunAgain, UsageError
 from reconstructor.cli.failures import explain
 from reconstructor.metrics.export import MetricsExport
-from reconstructor.cli.progress import CatchUpProgress
+from reconstructor.cli.progress import CatchUpProgress, batch_line
 from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
 
 log = logging.getLogger("reconstructor")
@@ -160,7 +160,7 @@ def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, r
 
     running = start(spark, cfg, replay=replay,
                     on_counts=metrics.count if metrics is not None else None, lease_check=lease_check)
-    report = progress or functools.partial(_log_progress, running.sinks.recorded)
+    report = progress or functools.partial(_log_progress, running.sinks.recorded, cfg)
 
     def on_progress(p: dict) -> None:
         restarts.progressed(p)
@@ -179,10 +179,8 @@ def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, r
                 metrics.progressed(p)
 
 
-def _log_progress(recorded: dict, p: dict) -> None:
-    rows = p.get("numInputRows", 0)
-    secs = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
-    line = f"batch {p.get('batchId')}: {rows:,} records in {secs:.1f}s"
+def _log_progress(recorded: dict, cfg: Settings, p: dict) -> None:
+    line = batch_line(p, cap=cfg.max_offsets_per_trigger, continuous=cfg.trigger.continuous)
     if p.get("batchId") in recorded:
         line += f"; {recorded_text(recorded[p['batchId']])}"
     print(line, file=sys.stderr, flush=True)

@@ -1,7 +1,6 @@
-"""Progress of a catching-up query (replay): offsets done of offsets to do, rate, time left.
-
-Computed from Spark's own query progress (each source's start, end and latest offsets), so it
-needs no extra Kafka calls.  On a terminal it redraws one line; otherwise it prints a line a batch.
+"""Progress from Spark's own query progress (each source's start, end and latest offsets), so it
+needs no extra Kafka calls: a run's line a batch (``batch_line``), and a catching-up query's
+(replay) offsets done of offsets to do, rate and time left, which on a terminal redraws one line.
 """
 
 from __future__ import annotations
@@ -19,6 +18,28 @@ def _flatten(offsets) -> dict[tuple[str, str], int]:
         for part, off in parts.items():
             out[(topic, part)] = int(off)
     return out
+
+
+#: A batch that read this share of its cap read up to it (Spark's cap is split over partitions).
+_AT_CAP = 0.99
+
+
+def batch_line(progress: dict, *, cap: int | None, continuous: bool) -> str:
+    """A run's line for one batch: its records and seconds; the records still waiting in Kafka
+    behind it, if any; and under an interval trigger, when the batch read up to ``cap``
+    (``max_offsets_per_trigger``), that the cap is what holds the run back."""
+    rows = progress.get("numInputRows", 0)
+    secs = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+    line = f"batch {progress.get('batchId')}: {rows:,} records in {secs:.1f}s"
+    waiting = 0
+    for source in progress.get("sources") or []:
+        end, latest = _flatten(source.get("endOffset")), _flatten(source.get("latestOffset"))
+        waiting += sum(max(latest.get(tp, off) - off, 0) for tp, off in end.items())
+    if waiting:
+        line += f"; {waiting:,} more waiting"
+        if continuous and cap and rows >= _AT_CAP * cap:
+            line += f" (the batch read its cap: --max-offsets-per-trigger {cap:,})"
+    return line
 
 
 class CatchUpProgress:

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 
 # The lines a command prints itself on stderr.
 OWN_LINES = [
-    re.compile(r"^batch \d+: [\d,]+ records in [\d.]+s$"),  # run's progress
+    # run's progress
+    re.compile(r"^batch \d+: [\d,]+ records in [\d.]+s"
+               r"(; [\d,]+ more waiting( \(the batch read its cap: --max-offsets-per-trigger [\d,]+\))?)?$"),
     re.compile(r"^batch \d+: [\d,]+/[\d,]+ offsets \( *[\d.]+%\), [\d,]+ offsets/s, \S+ left$"),  # replay's
     re.compile(r"^replaying from \{.*\} into \S+ \(checkpoint \S+.*\)$"),
 ]

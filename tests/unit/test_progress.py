@@ -1,6 +1,6 @@
 import io
 
-from reconstructor.cli.progress import CatchUpProgress
+from reconstructor.cli.progress import CatchUpProgress, batch_line
 
 
 def test_progress_counts_offsets_done_of_offsets_to_do():
@@ -46,3 +46,28 @@ def test_progress_ends_its_redrawn_line_so_that_the_next_line_starts_on_its_own(
         p.end_line()  # a second end (a restarted query's) adds no empty line
     assert terminal.getvalue().startswith("\rbatch 0: 10/10 offsets") and terminal.getvalue().endswith("\033[K\n")
     assert pipe.getvalue().startswith("batch 0: 10/10 offsets") and pipe.getvalue().count("\n") == 1
+
+
+def _batch(rows: int, end: int, latest: int) -> dict:
+    return {"batchId": 4, "numInputRows": rows, "durationMs": {"triggerExecution": 33_900},
+            "sources": [{"startOffset": {"t": {"0": end - rows}}, "endOffset": {"t": {"0": end}},
+                         "latestOffset": {"t": {"0": latest}}}]}
+
+
+def test_a_run_says_how_many_records_wait_behind_a_batch_and_when_its_cap_held_it_back():
+    # Caught up: the plain line.
+    assert batch_line(_batch(1_000, 5_000, 5_000), cap=200_000, continuous=True) == "batch 4: 1,000 records in 33.9s"
+    # Behind, the batch short of the cap (the records came in while it ran).
+    assert batch_line(_batch(1_000, 5_000, 9_000), cap=200_000, continuous=True) == (
+        "batch 4: 1,000 records in 33.9s; 4,000 more waiting")
+    # Behind and read up to the cap under an interval trigger: the cap may be what holds it back.
+    assert batch_line(_batch(199_995, 300_000, 883_600), cap=200_000, continuous=True) == (
+        "batch 4: 199,995 records in 33.9s; 583,600 more waiting (the batch read its cap: "
+        "--max-offsets-per-trigger 200,000)")
+    # A run that ends once caught up splits its backlog by the cap on purpose: no word of it.
+    assert batch_line(_batch(199_995, 300_000, 883_600), cap=200_000, continuous=False) == (
+        "batch 4: 199,995 records in 33.9s; 583,600 more waiting")
+    assert batch_line(_batch(199_995, 300_000, 883_600), cap=None, continuous=True).endswith("583,600 more waiting")
+    # No source progress (a no-data batch): the plain line.
+    assert batch_line({"batchId": 5, "numInputRows": 0, "durationMs": {"triggerExecution": 100}},
+                      cap=200_000, continuous=True) == "batch 5: 0 records in 0.1s"
