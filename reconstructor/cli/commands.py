@@ -24,6 +24,7 @@ from reconstructor.errors import ReconstructorError, RunAgain, UsageError
 from reconstructor.cli.failures import explain
 from reconstructor.metrics.export import MetricsExport
 from reconstructor.cli.progress import CatchUpProgress, batch_line
+from reconstructor.spark import driver_jvm
 from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
 
 log = logging.getLogger("reconstructor")
@@ -122,7 +123,8 @@ def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | N
         return _stream_restarting(spark, cfg, progress, metrics, replay=replay,
                                   restarts=restarts, signals=signals, lease=lease)
     finally:
-        if listener is not None:  # a caller that runs commands in one process keeps no stale listener
+        # A caller that runs commands in one process keeps no stale listener (a JVM gone keeps none).
+        if listener is not None and driver_jvm.exit_status(spark) is None:
             spark.streams.removeListener(listener)
 
 
@@ -141,6 +143,9 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
         except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
             if signals.request.requested and transient(exc):  # never a restart after a signal
                 raise signals.request.stopped() from None
+            status = driver_jvm.gone(spark, exc)
+            if status is not None:  # nothing to restart on
+                raise ReconstructorError(driver_jvm.gone_line(status)) from exc
             delay = restarts.after(exc)
             if delay is None:
                 raise

@@ -13,7 +13,8 @@ The driver JVM writes to the terminal through four channels, each silenced where
 - the JVM's stdout carries nothing a command prints (commands print from Python), only libraries'
   console lines such as Delta's "Deleted 0 files" after a VACUUM: it goes to the null device.
 - py4j logs a failed query's Java stack trace, and Spark logs it again, while the CLI reports it in
-  one line: both are left to ``-v``.
+  one line: both are left to ``-v``; so are py4j's and pyspark's tracebacks of calls a JVM gone
+  never answered (``driver_jvm``).
 
 In local mode the executors run in the driver JVM, so this covers their log too.  Where the JVM was
 started by someone else (``spark-submit``), only the levels set at run time apply.
@@ -108,6 +109,12 @@ def quiet_python(verbose: bool) -> None:
     if not verbose:
         logging.getLogger("py.warnings").setLevel(logging.ERROR)
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        # py4j logs a call that got no answer (a JVM gone) on the root logger, with its traceback.
+        logging.getLogger().addFilter(_not_py4j)
+
+
+def _not_py4j(record: logging.LogRecord) -> bool:
+    return "py4j" not in record.pathname.replace("\\", "/").split("/")
 
 
 def set_engine_level(spark, verbose: bool) -> None:
@@ -116,6 +123,11 @@ def set_engine_level(spark, verbose: bool) -> None:
     spark.sparkContext.setLogLevel(engine_level(verbose))
     if verbose:
         return
+    # pyspark's accumulator server prints a traceback when the JVM's connection to it ends (a JVM
+    # gone): the run reports that in one line.
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
     try:
         jvm = spark.sparkContext._jvm
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(

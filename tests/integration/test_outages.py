@@ -1,11 +1,13 @@
 """A continuous ``run`` rides through short outages of its broker and its S3 endpoint, on a stack of
 its own (the shared one is never killed or frozen): the tables stay exact.  It gives up (exit 1)
-once its restarts are spent, and never restarts after an integrity violation (exit 3)."""
+once its restarts are spent, and never restarts after an integrity violation (exit 3) or once its
+driver JVM is gone (exit 1, one line)."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -219,3 +221,51 @@ def test_an_integrity_violation_is_exit_3_and_never_restarts(stack, run_id, tmp_
     assert "restart" not in result.stderr, result.stderr[-4000:]
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("reconstructor:")]
     assert "GAP" in line
+
+
+def _child_jvm(pid: int, timeout_s: float = 60) -> int:
+    """The driver JVM a CLI process started: its child running ``java``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+            except OSError:
+                continue
+            comm, fields = text.split("(", 1)[1].rsplit(")", 1)[0], text.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and comm == "java":
+                return int(stat.parent.name)
+        time.sleep(0.5)
+    raise AssertionError(f"no java child of {pid}")
+
+
+@pytest.mark.integration
+def test_a_run_whose_driver_jvm_dies_says_so_in_one_line_and_never_restarts(stack, run_id, tmp_path):
+    """A JVM that died (here killed; out of memory it exits 52) takes the SparkSession with it: no
+    restart can succeed on it, and py4j's tracebacks of the broken connection are not the run's."""
+    bootstrap, topic = stack.bootstrap_servers(), f"jvmgone{run_id}-sensor-0"
+    create_topics(bootstrap, {topic: 1})
+    send(bootstrap, topic, "s", [snapshot(0), update(1, "b")])
+    log = tmp_path / "run.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "reconstructor", "run", "--bootstrap-servers", bootstrap, "--topic-pattern",
+             topic, "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "chk"),
+             "--trigger", "1 second", "--compact-every", "off", "--restart-attempts", "3",
+             "--restart-backoff", "1 second"],
+            stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "batch 0:" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, _tail(log)
+            time.sleep(0.5)
+        os.kill(_child_jvm(proc.pid), signal.SIGKILL)
+        proc.wait(120)
+    finally:
+        stop_run(proc)
+    text = log.read_text(errors="replace")
+    assert proc.returncode == 1, text[-4000:]
+    assert "restart" not in text and "Traceback" not in text, text[-4000:]
+    assert text.rstrip().splitlines()[-1] == (
+        "reconstructor: the Spark driver's JVM was killed (SIGKILL); nothing was lost: the next run carries "
+        "on from the checkpoint"), text[-4000:]

@@ -1,0 +1,71 @@
+"""Whether the driver's JVM is still there.
+
+A JVM that died (out of memory, killed) takes the SparkSession with it: a run cannot restart its
+query on it, and each call into it fails with a broken connection.  The run says so in one line,
+with the JVM's exit status, and ends (exit 1); the checkpoint keeps its place for the next run.
+
+Only a JVM this process started is known here (``build_spark``: local mode, a client driver);
+under ``spark-submit`` the JVM started this process, and its end ends this one too.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+#: The exit codes Spark gives a JVM it ends itself (``org.apache.spark.util.SparkExitCode``).
+SPARK_EXIT_CODES = {50: "an uncaught exception", 51: "an uncaught exception in its handler",
+                    52: "out of memory"}
+OUT_OF_MEMORY = 52
+#: How long a JVM whose connection broke may take to be seen to have exited.
+EXIT_WAIT_S = 10.0
+
+
+def exit_status(spark, *, wait_s: float = 0.0) -> int | None:
+    """The exit status of the driver JVM this process started (negative: the signal that killed
+    it); None while it runs, or when another process started it."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout=wait_s) if wait_s > 0 else proc.poll()
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def connection_broke(exc: BaseException) -> bool:
+    """Whether ``exc`` (or one it was raised from or during) is a call into the JVM that got no
+    answer, as a JVM that died leaves them; a Java exception is an answer."""
+    from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (Py4JNetworkError, ConnectionError)) or (
+                isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def gone(spark, exc: BaseException) -> int | None:
+    """After the failure ``exc``: the driver JVM's exit status if it is gone (waiting a little for
+    it when the failure is a broken connection), else None."""
+    return exit_status(spark, wait_s=EXIT_WAIT_S if connection_broke(exc) else 0.0)
+
+
+def gone_line(status: int) -> str:
+    """What a run says when its driver JVM ended with ``status``."""
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        what = f"was killed ({name})"
+    else:
+        reason = SPARK_EXIT_CODES.get(status)
+        what = f"exited with code {status}" + (f" ({reason})" if reason else "")
+    hint = (": give the driver more memory (spark.driver.memory under [spark]) or read less a batch "
+            "(--max-offsets-per-trigger)" if status == OUT_OF_MEMORY else "")
+    return (f"the Spark driver's JVM {what}{hint}; nothing was lost: the next run carries on from the "
+            "checkpoint")
