@@ -141,6 +141,10 @@ def _batch_settings() -> dict[str, str]:
         # codegen method past that runs interpreted, slower than no whole-stage codegen at all.
         # A wide row schema makes the parse's methods that big.  (Spark's own advice for HotSpot.)
         "spark.sql.codegen.hugeMethodLimit": "8000",
+        # Spark keeps 100 compiled classes of generated code; a batch's plans (the step, its cache,
+        # the stats pass, the append, two MERGEs) generate about 140, so each batch evicted what
+        # the next one needed and compiled it all again: a third of a live-fleet batch's time.
+        "spark.sql.codegen.cache.maxEntries": "1000",
         # A scheduled job logs; progress bars belong to the CLI's own progress display.
         "spark.ui.showConsoleProgress": "false",
     }

@@ -127,3 +127,23 @@ def test_a_silent_session_times_out_and_leaves_current_rows(spark, run_id, tmp_p
     assert sessions[f"{spec.topic_prefix}0-session-0"].last_seq == 20
     live = read_table(spark, out, "current_rows").collect()
     assert {r.session for r in live} == {f"{spec.topic_prefix}0-session-2"} and len(live) == 3
+
+
+def test_a_warm_batch_compiles_no_generated_code_again(spark, run_id, tmp_path):
+    """A batch's plans (the step, its cache, the stats pass, the append, two MERGEs) generate about
+    140 classes: Spark's code cache must hold them all, or each batch evicts what the next needs
+    and compiles it again (a third of a live-fleet batch's time)."""
+    spec = FleetSpec(topic_prefix=f"cg{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=10,
+                     updates=40, rows_per_update=2, seed=5)
+    messages = list(plan_fleet(spec))
+    produce(spec, messages, PARTITIONS)
+    pattern = f"cg{run_id}-sensor-[0-9]+"
+    compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    run(spark, pattern, str(tmp_path / "warm" / "out"), str(tmp_path / "warm" / "chk"), max_offsets_per_trigger=40)
+    before = compilations.getCount()
+    out = str(tmp_path / "out")
+    run(spark, pattern, out, str(tmp_path / "chk"), max_offsets_per_trigger=40)
+    batches = len({r.version for r in spark.sql(f"DESCRIBE HISTORY delta.`{out}/row_changes`").collect()}) - 1
+    assert batches >= 3, batches
+    # What a batch may compile anew: the sessions MERGE's projections, which hold the batch's time.
+    assert compilations.getCount() - before <= 5 * batches, (compilations.getCount() - before, batches)
