@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -78,6 +79,15 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and every exception it was raised from or during, each once."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def error_line(exc: BaseException, limit: int = 300) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from reconstructor.errors import (DiscrepancyError, IntegrityViolationError, ReconstructorError, UsageError,
-                                  error_line)
+                                  error_line, exception_chain)
 
 _S3_CREDENTIALS = "s3.access_key and s3.secret_key (RECON_S3_ACCESS_KEY, RECON_S3_SECRET_KEY)"
 _S3_URI = re.compile(r"s3a://([a-z0-9][a-z0-9.\-]*[a-z0-9])(/[^\s`'\":]*)?")
@@ -73,14 +73,11 @@ def explain(exc: BaseException, cfg=None) -> ReconstructorError:
 
 def _texts(exc: BaseException) -> Iterator[str]:
     """The text of ``exc`` and of every exception it was raised from or during."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
+    for link in exception_chain(exc):
         try:
-            yield str(exc)
+            yield str(link)
         except Exception:  # noqa: BLE001 - a Java exception whose JVM is gone
-            yield type(exc).__name__
-        exc = exc.__cause__ or exc.__context__
+            yield type(link).__name__
 
 
 def _storage_failure(text: str, cfg) -> ReconstructorError | None:

@@ -10,8 +10,9 @@ under ``spark-submit`` the JVM started this process, and its end ends this one t
 
 from __future__ import annotations
 
-import signal
 import subprocess
+
+from reconstructor.errors import exception_chain, signal_name
 
 #: The exit codes Spark gives a JVM it ends itself (``org.apache.spark.util.SparkExitCode``).
 SPARK_EXIT_CODES = {50: "an uncaught exception", 51: "an uncaught exception in its handler",
@@ -38,14 +39,8 @@ def connection_broke(exc: BaseException) -> bool:
     answer, as a JVM that died leaves them; a Java exception is an answer."""
     from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, (Py4JNetworkError, ConnectionError)) or (
-                isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError)):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return any(isinstance(link, (Py4JNetworkError, ConnectionError)) or (
+        isinstance(link, Py4JError) and not isinstance(link, Py4JJavaError)) for link in exception_chain(exc))
 
 
 def gone(spark, exc: BaseException) -> int | None:
@@ -57,11 +52,7 @@ def gone(spark, exc: BaseException) -> int | None:
 def gone_line(status: int) -> str:
     """What a run says when its driver JVM ended with ``status``."""
     if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        what = f"was killed ({name})"
+        what = f"was killed ({signal_name(-status)})"
     else:
         reason = SPARK_EXIT_CODES.get(status)
         what = f"exited with code {status}" + (f" ({reason})" if reason else "")
