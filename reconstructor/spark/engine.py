@@ -119,8 +119,10 @@ def _engine_settings() -> dict[str, str]:
 
 
 def _sized_settings(master: str | None, shuffle_partitions: int | None) -> dict[str, str]:
-    """The task counts sized for the machine (local) or the cluster."""
+    """The task counts sized for the machine (local) or the cluster, and a local driver's heap."""
+    heap = _local_driver_heap(master)
     return {
+        **({"spark.driver.memory": heap} if heap else {}),
         "spark.sql.shuffle.partitions": str(shuffle_partitions or _default_shuffle_partitions()),
         # Delta rebuilds a table's snapshot state with this many tasks, several times per batch
         # (see ``_snapshot_partitions``); Delta's 50 is sized for big clusters.
@@ -224,6 +226,54 @@ def _listing_parallelism(master: str | None) -> str:
     if master is not None and (master.startswith("local") or _loopback_master(master)):
         return str(2 * _driver_cores())
     return "200"
+
+
+#: The largest heap ``local_driver_memory`` gives a local driver, in GiB.
+LOCAL_DRIVER_MEMORY_CAP_GIB = 16
+#: Where a container's memory limit is read: cgroup v2, then v1.
+CGROUP_MEMORY_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def local_driver_memory(machine_bytes: int | None) -> str | None:
+    """``spark.driver.memory`` for a local-mode driver on a machine of ``machine_bytes``: a quarter
+    of it in whole GiB, at least Spark's own 1 GiB and at most ``LOCAL_DRIVER_MEMORY_CAP_GIB``;
+    None (Spark's default) when the memory is unknown.
+
+    In local mode the driver's heap holds the executors too: the batch cache, the MERGEs' joins
+    and the state store's reads.  Spark's 1 GiB ran a fleet of 8,000 sessions out of memory on a
+    machine of 24 GiB (docs/performance-log.md has the measurement); a quarter leaves the rest to
+    the Python workers, RocksDB's memory outside the heap, and the machine's other work.
+    """
+    if not machine_bytes:
+        return None
+    gib = min(max(machine_bytes // 4 // 1024 ** 3, 1), LOCAL_DRIVER_MEMORY_CAP_GIB)
+    return f"{gib}g"
+
+
+def machine_memory(physical: int | None = None, limits=CGROUP_MEMORY_LIMITS) -> int | None:
+    """This machine's memory in bytes, or its container's limit when lower; None if unknown."""
+    if physical is None:
+        try:
+            physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, OSError, ValueError):
+            physical = None
+    total = physical
+    for path in limits:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # "max" (v2) is no limit; v1's "no limit" is a number past any machine
+            total = min(total, int(text)) if total else int(text)
+    return total
+
+
+def _local_driver_heap(master: str | None) -> str | None:
+    """``local_driver_memory`` for a local driver whose JVM this process will launch; None for a
+    cluster, or a driver ``spark-submit`` launched (its heap is set already)."""
+    if master is None or not master.startswith("local") or _launched_by_spark_submit():
+        return None
+    return local_driver_memory(machine_memory())
 
 
 def _default_shuffle_partitions() -> int:
