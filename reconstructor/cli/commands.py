@@ -57,6 +57,7 @@ def _validated_stream(cfg: Settings) -> None:
     validate.state_outlasts_timeout(cfg.state_retention, cfg.session_timeout)
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
     validate.row_schema(cfg.row_schema)
+    validate.output_creatable(cfg.output)
     validate.local_output_writable(cfg.output)
     validate.local_output_writable(cfg.checkpoint, "--checkpoint")
 

@@ -101,6 +101,14 @@ def row_schema(value: str | None) -> RowSchema:
         raise UsageError(f"--row-schema: {exc}") from None
 
 
+def output_creatable(path: str) -> None:
+    """Delta's table builder names a new table's location in SQL without escaping it, so it cannot
+    create tables at a path with a back-quote: refused here, before a run reads anything."""
+    if "`" in path:
+        raise UsageError(f"--output {path}: Delta cannot create tables at a path with a back-quote (`): "
+                         "choose another path")
+
+
 def local_output_writable(path: str, flag: str = "--output") -> None:
     """A local output or checkpoint must be creatable and writable; s3a:// is checked by Spark."""
     if "://" in path and not path.startswith("file://"):

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from reconstructor.settings import SAFE_VACUUM_RETENTION
 from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, VIOLATIONS, table_path
+from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.transactions import spark_like
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ def compact_live_tables(spark: SparkSession, output: str, min_files: int = 16) -
     when its appends have (in-batch only)."""
     for name in (CURRENT_ROWS, SESSIONS, VIOLATIONS):
         path = table_path(output, name)
-        detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]
+        detail = spark.sql(f"DESCRIBE DETAIL {path_ref(path)}").collect()[0]
         if detail.numFiles > min_files:
             DeltaTable.forPath(spark, path).optimize().executeCompaction()
 

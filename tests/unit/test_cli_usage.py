@@ -25,6 +25,8 @@ def cli(*args, tmp_path=None):
      "is not a partition number with an offset"),
     (BASE + ["--output", "OUT", "--checkpoint", "CHK", "--trigger", "sometimes"], 2, "not a duration"),
     (BASE + ["--output", "/proc/forbidden/out", "--checkpoint", "CHK"], 2, "is not writable"),
+    (BASE + ["--output", "OUT`x`", "--checkpoint", "CHK"], 2,
+     "cannot create tables at a path with a back-quote (`): choose another path"),
     (BASE + ["--output", "OUT", "--checkpoint", "CHK"], 1, "Kafka at 127.0.0.1:1 does not answer"),
     (BASE + ["--output", "OUT", "--checkpoint", "CHK", "--session-timeout", "2 hours",
              "--state-retention", "1 hour"], 2, "--state-retention '1 hour' must be longer than --session-timeout"),

@@ -14,6 +14,7 @@ from reconstructor.contract.tables import TABLES
 from reconstructor.contract.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, furthest, refusal,
                                            takeover_refusal, with_replay)
 from reconstructor.errors import UsageError
+from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.sinks.history import committed_offsets, recorded_offsets
 from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.sinks.tables import OutputTables
@@ -79,7 +80,7 @@ class WriterClaim:
         def record(name):
             key, value = changes[name]
             self.tables.spark.sql(
-                f"ALTER TABLE delta.`{self.tables.path(name)}` SET TBLPROPERTIES ('{key}' = '{value}')")
+                f"ALTER TABLE {path_ref(self.tables.path(name))} SET TBLPROPERTIES ('{key}' = '{value}')")
 
         side_by_side(self.tables.spark, *[functools.partial(record, name) for name in changes])
         self._claimed = True
