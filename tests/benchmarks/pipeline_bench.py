@@ -31,7 +31,10 @@ the same batches:
   6. the whole reconstructor (``pipeline.start``) under each engine (``reconstructor``,
      ``reconstructor-jvm``), with each batch's phases from its sinks;
   7. a bare MERGE (offset-guarded update, insert otherwise) and a bare append of the same batch's
-     rows into tables of the same size: the Delta floor of the batch's transactions.
+     rows into tables of the same size: the Delta floor of the batch's transactions;
+  8. the stateless limit's own query (``limit``: the parse appended by Spark's Delta sink): its batch
+     over the reconstructor's, and over the reconstructor's with its writes at the exactly-once
+     floor, which bounds what any change to the writes can give.
 Figures go to stdout and to a JSON file; nothing is asserted.
 """
 
@@ -132,8 +135,6 @@ def _stateless_limit(spark, pattern: str, root: Path, max_offsets: int | None) -
     """Same source and parse, appended straight to a Delta table partitioned by hour; timed from the
     source and the parse being built, as a reconstructor run is timed from ``start``, which builds
     them too (the parse's plan takes Spark a second or more to analyse)."""
-    from pyspark.sql import functions as F
-
     from reconstructor.spark.parse import parse_records
     from reconstructor.spark.source import kafka_stream
 
@@ -141,14 +142,23 @@ def _stateless_limit(spark, pattern: str, root: Path, max_offsets: int | None) -
     started = time.perf_counter()
     raw = kafka_stream(spark, bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
                        max_offsets_per_trigger=max_offsets)
-    parsed = parse_records(raw, schema).withColumn("hour", F.date_format("kafka_ts", "yyyy-MM-dd-HH"))
-    query = (parsed.writeStream.format("delta").partitionBy("hour")
+    progress = _limit_query(parse_records(raw, schema), root)
+    return time.perf_counter() - started, progress
+
+
+def _limit_query(parsed, root: Path) -> list[dict]:
+    """The limit's query: the parsed records, each under its hour, appended by Spark's Delta sink
+    (which writes each batch exactly once with its own transaction id); its progress."""
+    from pyspark.sql import functions as F
+
+    query = (parsed.withColumn("hour", F.date_format("kafka_ts", "yyyy-MM-dd-HH"))
+             .writeStream.format("delta").partitionBy("hour")
              .option("checkpointLocation", str(root / "chk")).trigger(availableNow=True)
              .start(str(root / "out" / "row_changes")))
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
-    return time.perf_counter() - started, _progress(query)
+    return _progress(query)
 
 
 def _rows_written(spark, path: str) -> int:
@@ -309,6 +319,9 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     raw = kafka_stream(spark, bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=pattern,
                        max_offsets_per_trigger=max_offsets)
     parsed = parse_records(raw, schema)
+    if name == "limit":
+        # The stateless limit's own query (``throughput``'s) over the floor's batches.
+        return _limit_query(parsed, root), {}
     if name == "projection":
         frame = parsed
     elif name == "jvm-prototype":
@@ -384,7 +397,7 @@ def _messages(raw, schema):
     return env.select(F.expr("coalesce(nullif(session, ''), nullif(key, ''))").alias("group_session"), "*")
 
 
-FLOOR_VARIANTS = ("projection", "jvm-aggregate", "jvm-trivial", "jvm-trivial-messages", "jvm-walk-messages",
+FLOOR_VARIANTS = ("limit", "projection", "jvm-aggregate", "jvm-trivial", "jvm-trivial-messages", "jvm-walk-messages",
                   "jvm-prototype", "jvm-engine", "jvm-engine-exploded", "trivial", "trivial-wide", "stateful", "reconstructor",
                   "reconstructor-jvm")
 
@@ -554,6 +567,17 @@ def floor(spark, args, work: Path) -> dict:
     recon_root = work / f"{ran[0]}-{args.warmup + args.repeat - 1}" / "out"
     out["delta_floor"] = delta = _delta_floor(spark, recon_root, work / "delta-floor", args.repeat + 1, per_batch)
     out["ratio_writes_to_delta_floor"] = {name: w["writes_s"] / delta["floor_s"] for name, w in phases.items()}
+    out["ratio_writes_to_idempotent_floor"] = {name: w["writes_s"] / delta["idempotent_floor_s"]
+                                               for name, w in phases.items()}
+    if "limit" in median_ms:
+        # A batch's ratio to the limit's (the limit's time over the reconstructor's, as throughput's
+        # ratios), and what it would be with the three transactions at their exactly-once floor (an
+        # append and one MERGE with Delta's ids): the most any change to the writes can give.
+        limit_ms = median_ms["limit"]
+        out["ratio_limit_to_reconstructor_batch"] = {name: limit_ms / median_ms[name] for name in ran}
+        out["ratio_limit_to_reconstructor_batch_writes_at_floor"] = {
+            name: limit_ms / (median_ms[name] - 1000 * (w["writes_s"] - delta["idempotent_floor_s"]))
+            for name, w in phases.items()}
     return out
 
 
@@ -603,6 +627,12 @@ def _print_floor(f: dict) -> None:
           f"{d['idempotent_merge_s']:.2f}s = {d['idempotent_floor_s']:.2f}s; transactions / that: "
           + ", ".join(f"{name} {w['writes_s'] / d['idempotent_floor_s']:.2f}"
                       for name, w in f["reconstructor_phases"].items()))
+    if f.get("ratio_limit_to_reconstructor_batch"):
+        print(f"the limit's batch {f['batch_ms_median']['limit']:,.0f} ms / the reconstructor's: " + ", ".join(
+            f"{name} {r:.2f}" for name, r in f["ratio_limit_to_reconstructor_batch"].items())
+            + "; with its three transactions at the exactly-once floor: " + ", ".join(
+            f"{name} {r:.2f}" for name, r in f["ratio_limit_to_reconstructor_batch_writes_at_floor"].items())
+            + " (the most a change to the writes can give)")
     dd = d["default_stats"]
     print(f"  the same into tables with Delta's default statistics (every column): {dd['floor_s']:.2f}s, "
           f"with the ids {dd['idempotent_append_s']:.2f}s + {dd['idempotent_merge_s']:.2f}s = "
