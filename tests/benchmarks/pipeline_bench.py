@@ -625,8 +625,7 @@ def _print_floor(f: dict) -> None:
           + ", ".join(f"{name} {r:.2f}" for name, r in f["ratio_writes_to_delta_floor"].items()))
     print(f"  with Delta's exactly-once ids: append {d['idempotent_append_s']:.2f}s + MERGE "
           f"{d['idempotent_merge_s']:.2f}s = {d['idempotent_floor_s']:.2f}s; transactions / that: "
-          + ", ".join(f"{name} {w['writes_s'] / d['idempotent_floor_s']:.2f}"
-                      for name, w in f["reconstructor_phases"].items()))
+          + ", ".join(f"{name} {r:.2f}" for name, r in f["ratio_writes_to_idempotent_floor"].items()))
     if f.get("ratio_limit_to_reconstructor_batch"):
         print(f"the limit's batch {f['batch_ms_median']['limit']:,.0f} ms / the reconstructor's: " + ", ".join(
             f"{name} {r:.2f}" for name, r in f["ratio_limit_to_reconstructor_batch"].items())
