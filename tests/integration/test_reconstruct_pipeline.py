@@ -8,7 +8,8 @@ from deltalake import DeltaTable
 from workbench.fleet import FleetSpec, expected_tables, inject, plan_fleet
 from reconstructor.errors import IntegrityViolationError
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import STATS_COLUMNS
+from reconstructor.contract.tables import ROW_CHANGES, STATS_COLUMNS, table_path
+from reconstructor.spark.catalog import path_ref
 from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
                                                 offsets_of, produce, read_table, replayed_tables, run)
 
@@ -144,7 +145,8 @@ def test_a_warm_batch_compiles_no_generated_code_again(spark, run_id, tmp_path):
     out = str(tmp_path / "out")
     run(spark, pattern, out, str(tmp_path / "chk"), max_offsets_per_trigger=40)
     # Each batch appends once; the table's creation and its writer's property are commits too.
-    batches = sum(r.operation == "WRITE" for r in spark.sql(f"DESCRIBE HISTORY delta.`{out}/row_changes`").collect())
+    history = spark.sql(f"DESCRIBE HISTORY {path_ref(table_path(out, ROW_CHANGES))}").collect()
+    batches = sum(r.operation == "WRITE" for r in history)
     assert batches >= 3, batches
     # What a batch may compile anew: the sessions MERGE's projections, which hold the batch's time.
     assert compilations.getCount() - before <= 5 * batches, (compilations.getCount() - before, batches)
