@@ -64,14 +64,16 @@ from workbench.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E40
 from workbench.producer import SensorProducer  # noqa: E402
 from reconstructor.contract.row_schema import RowSchema  # noqa: E402
 from tests.support.kafka import create_topics  # noqa: E402
+from tests.benchmarks import batch_split  # noqa: E402
 
 PARTITIONS = 2
 
 
-def _spark(shuffle_partitions: int | None, extra_jar: Path | None = None):
+def _spark(shuffle_partitions: int | None, extra_jar: Path | None = None, event_log: Path | None = None):
     from reconstructor.spark.engine import build_spark, spark_jars
 
-    conf = {"spark.ui.enabled": "false", "spark.driver.memory": "6g"}
+    conf = {"spark.ui.enabled": "false", "spark.driver.memory": "6g",
+            **(batch_split.event_log_conf(event_log) if event_log is not None else {})}
     if extra_jar is not None:  # local mode: the driver's classpath is the executors'
         conf["spark.driver.extraClassPath"] = f"{Path(spark_jars(localstack.jars_dir())).resolve()}/*:{extra_jar}"
     return build_spark("reconstructor-bench", jars_dir=localstack.jars_dir(),
@@ -161,6 +163,15 @@ def _limit_query(parsed, root: Path) -> list[dict]:
     return _progress(query)
 
 
+def _split(event_log: Path, run_ids: dict[str, str]) -> dict[str, list[dict]]:
+    """``--split``: each measured run's batches from the event log, printed and returned."""
+    executions = batch_split.read_executions(event_log)
+    out = {label: batch_split.split(executions, run_id) for label, run_id in run_ids.items()}
+    for label, batches in out.items():
+        batch_split.print_split(f"{label}: seconds per batch (event log; the spans of each kind, joined)", batches)
+    return out
+
+
 def _rows_written(spark, path: str) -> int:
     return spark.read.format("delta").load(path).count()
 
@@ -194,13 +205,18 @@ def throughput(spark, args, work: Path) -> dict:
     limits, peers = [], []
     recons: dict[tuple, list[float]] = {r: [] for r in runs}
     progress: dict[tuple, list[dict]] = {}
+    run_ids: dict[str, str] = {}  # the last measured run of each, for --split
     for i in range(args.repeat):
-        limits.append(_stateless_limit(spark, pattern, work / f"limit-{i}", args.max_offsets)[0])
+        seconds, limit_progress = _stateless_limit(spark, pattern, work / f"limit-{i}", args.max_offsets)
+        limits.append(seconds)
+        run_ids["stateless limit"] = limit_progress[0]["runId"] if limit_progress else ""
         print(f"stateless limit: {limits[-1]:.1f}s", flush=True)
         for engine, mode in runs:
             seconds, progress[engine, mode] = _reconstructor(
                 spark, pattern, work / f"recon-{engine.value}-{mode.value}-{i}", args.max_offsets, engine, mode)
             recons[engine, mode].append(seconds)
+            run_ids[f"reconstructor, {_label(engine, mode)}"] = (progress[engine, mode][0]["runId"]
+                                                                 if progress[engine, mode] else "")
             print(f"reconstructor, {_label(engine, mode)}: {seconds:.1f}s in {len(progress[engine, mode])} batches",
                   flush=True)
         started = time.perf_counter()
@@ -234,6 +250,7 @@ def throughput(spark, args, work: Path) -> dict:
         "reconstructor": reconstructor,
         "stateless_limit": {"seconds": limit_s, "runs": limits, "updates_per_s": limit_ups,
                             "rows_written": _rows_written(spark, str(work / "limit-0/out/row_changes"))},
+        "run_ids": run_ids,
         "peer": {"seconds": peer_s, "runs": peers, "updates_per_s": peer_ups,
                  "rows_written": counts["row_changes"], "writer": "delta-rs (deltalake.write_deltalake)"},
     }
@@ -798,6 +815,10 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"floor: which runs (default {','.join(FLOOR_VARIANTS)}; the Delta floor is "
                         "measured when a whole reconstructor runs)")
     p.add_argument("--shuffle-partitions", type=int, default=None)
+    p.add_argument("--split", action="store_true",
+                   help="throughput: record Spark's event log and print, for the last measured run of the limit "
+                        "and of each reconstructor, where each batch went: Delta's table-state reconstructions, "
+                        "MERGE phases, other jobs, the driver (tests/benchmarks/batch_split.py)")
     p.add_argument("--json", default="bench-results.json", help="where to write the figures")
     args = p.parse_args(argv)
     if args.floor_updates < 1:
@@ -808,7 +829,8 @@ def main(argv: list[str] | None = None) -> int:
     classes = _jvm_classes(work) if args.which in ("all", "floor") else None
     if classes is None:
         args.floor_variants = [v for v in args.floor_variants if v not in JVM_VARIANTS]
-    spark = _spark(args.shuffle_partitions, classes)
+    event_log = work / "event-log" if args.split else None
+    spark = _spark(args.shuffle_partitions, classes, event_log)
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "spark": spark.version, "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions")},
            "started": dt.datetime.now(dt.timezone.utc).isoformat()}
@@ -827,8 +849,12 @@ def main(argv: list[str] | None = None) -> int:
             _print_scaling(out["scaling"], args.scale)
     finally:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str))
-        print(f"figures written to {args.json}")
         spark.stop()
+        if event_log is not None and "throughput" in out:
+            # After the stop: Spark has then written the whole event log.
+            out["throughput"]["split"] = _split(event_log, out["throughput"]["run_ids"])
+            Path(args.json).write_text(json.dumps(out, indent=2, default=str))
+        print(f"figures written to {args.json}")
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
