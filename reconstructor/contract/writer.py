@@ -32,9 +32,16 @@ class CheckpointState:
 @dataclass(frozen=True)
 class TableState:
     name: str
-    has_data: bool
+    has_data: bool | None  # None: not read, because it decides nothing (``data_decides``)
     writer: str | None  # WRITER_PROPERTY; None on a new table or one an older version wrote
     replays: tuple[str, ...] = ()  # REPLAYS_PROPERTY
+
+
+def data_decides(writer: str | None, replays: tuple[str, ...], query_id: str | None) -> bool:
+    """Whether a table's holding data can change what ``refusal``, a takeover or the sessions
+    ahead conclude. It cannot for a table whose recorded writer is this checkpoint's query and that
+    no replay wrote: this query may write it, and nothing of it is ahead of this query."""
+    return writer is None or writer != query_id or bool(replays)
 
 
 def replays_of(text: str | None) -> tuple[str, ...]:

@@ -1,10 +1,14 @@
 """Who may write an output (a writer is its checkpoint), and the Kafka settings the offset lookups
 of `replay` use: pure decisions, no broker, no Spark."""
 
-import pytest
+import dataclasses
 
-from reconstructor.contract.writer import (CheckpointState, TableState, batch_metadata, last_batch, offsets_in_metadata,
-                                       query_id_of, refusal, takeover_refusal)
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reconstructor.contract.writer import (CheckpointState, TableState, batch_metadata, data_decides, last_batch,
+                                           offsets_in_metadata, query_id_of, refusal, takeover_refusal)
 from reconstructor.errors import UsageError
 from reconstructor.spark.kafka_admin import librdkafka_settings
 
@@ -53,6 +57,33 @@ def test_replay_writes_any_writers_tables_on_a_checkpoint_with_no_committed_batc
     assert refusal(STARTED, tables(True, None), "/out", replay=True) is None
     reason = refusal(RUNNING, tables(True, "q1"), "/out", replay=True)
     assert "/chk" in reason and "batches up to 7" in reason and "--checkpoint" in reason
+
+
+QUERIES = st.sampled_from([None, "q0", "q1", "q2"])
+CHECKPOINTS = st.builds(CheckpointState, st.just("/chk"), QUERIES, st.one_of(st.none(), st.integers(0, 9)))
+STATES = st.lists(st.builds(TableState, st.sampled_from(["row_changes", "current_rows", "sessions", "violations"]),
+                            st.booleans(), QUERIES, st.lists(st.sampled_from(["q0", "q1", "q2"]), max_size=2)
+                            .map(tuple)), max_size=4)
+
+
+@given(CHECKPOINTS, STATES, st.booleans())
+def test_whether_a_table_holds_data_is_left_unread_only_where_it_decides_nothing(checkpoint, states, replay):
+    """A run reads whether a table holds data (its whole Delta state, about half a second a table)
+    only where ``data_decides``: the refusal, and the takeover and sessions-ahead checks that look
+    at tables with replays or another writer, conclude the same without it."""
+    unread = [t if data_decides(t.writer, t.replays, checkpoint.query_id) else dataclasses.replace(t, has_data=None)
+              for t in states]
+    assert refusal(checkpoint, unread, "/out", replay) == refusal(checkpoint, states, "/out", replay)
+    mine = checkpoint.query_id
+    for full, partial in zip(states, unread):
+        if partial.has_data is None:  # what the takeover and sessions-ahead checks look at is read
+            assert full.writer == mine and not full.replays
+
+
+def test_a_table_this_query_wrote_and_no_replay_did_needs_no_data_check():
+    assert not data_decides("q1", (), "q1")
+    assert data_decides("q1", ("q9",), "q1")  # a replay wrote it: sessions may be ahead
+    assert data_decides("q0", (), "q1") and data_decides(None, (), "q1") and data_decides(None, (), None)
 
 
 def test_checkpoint_files_are_read_as_spark_writes_them():

@@ -37,7 +37,7 @@ class WriterClaim:
 
         ``checkpoint`` is the query's ``CheckpointState``; what the tables record is kept, so the
         first batch only records this writer where it is not recorded yet."""
-        states = self.tables.states()
+        states = self.tables.states(checkpoint.query_id)
         self._recorded = {t.name: t for t in states}
         reason = refusal(checkpoint, states, self.tables.output, replay=self.replay)
         if reason is None and not self.replay:

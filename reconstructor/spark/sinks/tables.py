@@ -17,7 +17,8 @@ from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import (CURRENT_ROWS, ROW_CHANGES, SESSIONS, SESSIONS_DDL, STATS_COLUMNS,
                                            STATS_PROPERTY, TABLES, VIOLATIONS, VIOLATIONS_DDL, current_rows_ddl,
                                            row_changes_ddl, table_path)
-from reconstructor.contract.writer import REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, replays_of
+from reconstructor.contract.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, data_decides,
+                                           replays_of)
 from reconstructor.errors import ReconstructorError, error_line
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.transactions import side_by_side
@@ -52,6 +53,7 @@ class OutputTables:
         """Create ``name``; one that exists (an earlier release's) takes the contract's statistics
         columns where it lacks them: one commit, before this writer's first."""
         stats = {STATS_PROPERTY: ",".join(STATS_COLUMNS[name])} if name in STATS_COLUMNS else {}
+        existed = DeltaTable.isDeltaTable(self.spark, self.path(name))
         builder = (DeltaTable.createIfNotExists(self.spark).location(self.path(name))
                    .comment(TABLE_COMMENTS[name]).addColumns(commented(name, StructType.fromDDL(ddl), self.schema)))
         if parts:
@@ -59,8 +61,9 @@ class OutputTables:
         for key, value in {**props, **stats, "reconstructor.table": name,
                            "reconstructor.row_schema": self.schema.name}.items():
             builder = builder.property(key, value)
-        table = builder.execute()
-        if stats and (table.detail().collect()[0].properties or {}).get(STATS_PROPERTY) != stats[STATS_PROPERTY]:
+        builder.execute()
+        # A table created just now has the property; one that existed may be an earlier release's.
+        if stats and existed and self.properties(name).get(STATS_PROPERTY) != stats[STATS_PROPERTY]:
             self.spark.sql(f"ALTER TABLE {path_ref(self.path(name))} "
                            f"SET TBLPROPERTIES ('{STATS_PROPERTY}' = '{stats[STATS_PROPERTY]}')")
 
@@ -84,23 +87,35 @@ class OutputTables:
             raise ReconstructorError(
                 f"cannot create the output tables under {self.output}: {error_line(exc)}") from exc
 
-    def states(self) -> list[TableState]:
-        """Each existing table's writer and whether it holds data, from its Delta log alone."""
+    def properties(self, name: str) -> dict[str, str]:
+        """``name``'s table properties, read from its metadata alone (``DESCRIBE DETAIL`` would
+        rebuild the table's whole state from its log first, about half a second a table)."""
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {path_ref(self.path(name))}").collect()
+        return {row.key: row.value for row in rows}
+
+    def states(self, query_id: str | None) -> list[TableState]:
+        """Each existing table's writer and whether it holds data, from its Delta log alone.
+
+        Whether a table holds data is read (from its whole state) only when it can decide
+        something: not for a table whose writer is ``query_id`` (the checkpoint's query) and that
+        no replay wrote, the case of every run after a writer's first."""
         try:
-            found = side_by_side(self.spark, *[functools.partial(self._state, name) for name in TABLES])
+            found = side_by_side(self.spark, *[functools.partial(self._state, name, query_id) for name in TABLES])
         except Exception as exc:  # noqa: BLE001 - any failure here is the output's
             raise ReconstructorError(
                 f"cannot read the output tables under {self.output}: {error_line(exc)}") from exc
         return [state for state in found if state is not None]
 
-    def _state(self, name: str) -> TableState | None:
+    def _state(self, name: str, query_id: str | None) -> TableState | None:
         path = self.path(name)
         if not DeltaTable.isDeltaTable(self.spark, path):
             return None
+        props = self.properties(name)
+        writer, replays = props.get(WRITER_PROPERTY), replays_of(props.get(REPLAYS_PROPERTY))
+        if not data_decides(writer, replays, query_id):
+            return TableState(name, None, writer, replays)
         detail = DeltaTable.forPath(self.spark, path).detail().collect()[0]
-        props = detail.properties or {}
-        return TableState(name, (detail.numFiles or 0) > 0, props.get(WRITER_PROPERTY),
-                          replays_of(props.get(REPLAYS_PROPERTY)))
+        return TableState(name, (detail.numFiles or 0) > 0, writer, replays)
 
 
 def commented(table: str, fields: StructType, schema: RowSchema) -> StructType:
