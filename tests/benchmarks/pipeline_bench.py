@@ -11,6 +11,10 @@ reconstructor under each of them.
   3. the single-process peer (``tests.benchmarks.peer``): confluent-kafka, dicts, delta-rs.
 Each engine's ratio to the limit (and to the peer) is the limit's time over the engine's (its
 updates/s over the limit's): 1 is the limit's speed, below 1 slower.
+``--split`` (with ``throughput``) reads Spark's event log and prints where each batch of the last
+measured runs went (``batch_split``).
+``scheduled`` measures the fixed cost of a scheduled ``available-now`` run: a run over tables and a
+checkpoint an earlier run left, with nothing new in Kafka, for each engine and for the limit.
 ``scaling`` keeps a fixed update workload on 20 hot sessions while the state grows to 1k, 10k and
 100k idle sessions (each with a real 5-row table) and reports, per engine, each batch's duration
 and the bytes its checkpoint wrote.
@@ -685,6 +689,40 @@ def _scaling_batch(spark, cfg: Settings, state: Path) -> dict:
             "checkpoint_bytes_written": written}
 
 
+def scheduled(spark, args, work: Path) -> dict:
+    """The fixed cost of a scheduled ``available-now`` run: each engine's run over tables and a
+    checkpoint it wrote before, with nothing new in Kafka, beside the limit's run over its own."""
+    spec = FleetSpec(topic_prefix=f"sched{uuid.uuid4().hex[:8]}-sensor-", sensors=args.sensors,
+                     sessions_per_sensor=args.sessions, rows=args.rows, updates=10, rows_per_update=3,
+                     end_sessions=False, seed=13, start=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2))
+    create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in spec.topics()})
+    _publish(list(plan_fleet(spec)), spec.topics())
+    pattern = f"{spec.topic_prefix}[0-9]+"
+    idle: dict[str, list[float]] = {"stateless limit": [], **{f"reconstructor, {e.value}": [] for e in args.engines}}
+    for i in range(args.warmup + args.repeat):
+        runs = [("stateless limit", lambda root: _stateless_limit(spark, pattern, root, None))]
+        runs += [(f"reconstructor, {e.value}", lambda root, e=e: _reconstructor(spark, pattern, root, None, e))
+                 for e in args.engines]
+        for label, run in runs:
+            root = work / f"{label.replace(', ', '-').replace(' ', '-')}-{i}"
+            run(root)  # the tables and the checkpoint, as a first run leaves them
+            seconds, progress = run(root)
+            if progress and any(p["numInputRows"] for p in progress):
+                raise RuntimeError(f"{label}: the second run read records; it should have found nothing new")
+            if i >= args.warmup:
+                idle[label].append(seconds)
+                print(f"{label}: a run with nothing new {seconds:.2f}s", flush=True)
+    return {"sessions": len(spec.topics()) * args.sessions, "runs": idle,
+            "seconds_median": {label: statistics.median(s) for label, s in idle.items()}}
+
+
+def _print_scheduled(s: dict) -> None:
+    print("\n| a scheduled available-now run with nothing new | seconds, median (runs) |\n|---|---:|")
+    for label, runs in s["runs"].items():
+        print(f"| {label} | {s['seconds_median'][label]:.2f} ({', '.join(f'{r:.2f}' for r in runs)}) |")
+    print(flush=True)
+
+
 def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
     """Fixed work on 20 hot sessions while idle sessions in state grow; one batch per round, per
     engine.  The engines read the same topics, each into its own tables and checkpoint."""
@@ -789,7 +827,7 @@ def _floor_variants(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("which", nargs="?", choices=["all", "throughput", "scaling", "floor"], default="all")
+    p.add_argument("which", nargs="?", choices=["all", "throughput", "scheduled", "scaling", "floor"], default="all")
     p.add_argument("--sensors", type=int, default=4)
     p.add_argument("--sessions", type=int, default=10, help="sessions per sensor")
     p.add_argument("--rows", type=int, default=200, help="rows in each session's snapshot")
@@ -838,6 +876,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.which in ("all", "throughput"):
             out["throughput"] = throughput(spark, args, work / "throughput")
             _print_throughput(out["throughput"])
+        if args.which in ("all", "scheduled"):
+            out["scheduled"] = scheduled(spark, args, work / "scheduled")
+            _print_scheduled(out["scheduled"])
         if args.which in ("all", "floor"):
             out["floor"] = floor(spark, args, work / "floor")
             _print_floor(out["floor"])
