@@ -12,7 +12,7 @@ reconstructor under each of them.
 Each engine's ratio to the limit (and to the peer) is the limit's time over the engine's (its
 updates/s over the limit's): 1 is the limit's speed, below 1 slower.
 ``--split`` (with ``throughput``) reads Spark's event log and prints where each batch of the last
-measured runs went (``batch_split``).
+measured runs went (``batch_time``).
 ``scheduled`` measures the fixed cost of a scheduled ``available-now`` run: a run over tables and a
 checkpoint an earlier run left, with nothing new in Kafka, for each engine and for the limit.
 ``scaling`` keeps a fixed update workload on 20 hot sessions while the state grows to 1k, 10k and
@@ -68,7 +68,7 @@ from workbench.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E40
 from workbench.producer import SensorProducer  # noqa: E402
 from reconstructor.contract.row_schema import RowSchema  # noqa: E402
 from tests.support.kafka import create_topics  # noqa: E402
-from tests.benchmarks import batch_split  # noqa: E402
+from tests.benchmarks import batch_time  # noqa: E402
 
 PARTITIONS = 2
 
@@ -77,7 +77,7 @@ def _spark(shuffle_partitions: int | None, extra_jar: Path | None = None, event_
     from reconstructor.spark.engine import build_spark, spark_jars
 
     conf = {"spark.ui.enabled": "false", "spark.driver.memory": "6g",
-            **(batch_split.event_log_conf(event_log) if event_log is not None else {})}
+            **(batch_time.event_log_conf(event_log) if event_log is not None else {})}
     if extra_jar is not None:  # local mode: the driver's classpath is the executors'
         conf["spark.driver.extraClassPath"] = f"{Path(spark_jars(localstack.jars_dir())).resolve()}/*:{extra_jar}"
     return build_spark("reconstructor-bench", jars_dir=localstack.jars_dir(),
@@ -169,10 +169,10 @@ def _limit_query(parsed, root: Path) -> list[dict]:
 
 def _split(event_log: Path, run_ids: dict[str, str]) -> dict[str, list[dict]]:
     """``--split``: each measured run's batches from the event log, printed and returned."""
-    executions = batch_split.read_executions(event_log)
-    out = {label: batch_split.split(executions, run_id) for label, run_id in run_ids.items()}
+    executions = batch_time.read_executions(event_log)
+    out = {label: batch_time.split(executions, run_id) for label, run_id in run_ids.items()}
     for label, batches in out.items():
-        batch_split.print_split(f"{label}: seconds per batch (event log; the spans of each kind, joined)", batches)
+        batch_time.print_split(f"{label}: seconds per batch (event log; the spans of each kind, joined)", batches)
     return out
 
 
@@ -856,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", action="store_true",
                    help="throughput: record Spark's event log and print, for the last measured run of the limit "
                         "and of each reconstructor, where each batch went: Delta's table-state reconstructions, "
-                        "MERGE phases, other jobs, the driver (tests/benchmarks/batch_split.py)")
+                        "MERGE phases, other jobs, the driver (tests/benchmarks/batch_time.py)")
     p.add_argument("--json", default="bench-results.json", help="where to write the figures")
     args = p.parse_args(argv)
     if args.floor_updates < 1:

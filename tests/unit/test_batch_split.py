@@ -1,48 +1,146 @@
-import json
+"""One verdict whatever the micro-batch split: the core checks each session in Kafka offset order.
 
-from tests.benchmarks.batch_split import read_executions, split
+Spark cuts a partition's records into micro-batches wherever ``maxOffsetsPerTrigger`` or the
+trigger falls, and hands a group's rows unordered.  The verdict (the first violation's kind,
+record and seqs) and, for a valid stream, the tables must be the same for every cut.
+"""
 
-RUN = "run-1"
-START = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart"
-END = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd"
+from __future__ import annotations
 
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-def _execution(id_, root, start, end, last_line, jobs=True, run=RUN):
-    head = f"\nid = q\nrunId = {run}\n"
-    events = [{"Event": START, "executionId": id_, "rootExecutionId": root, "time": start,
-               "description": head + last_line}]
-    if jobs:
-        events.append({"Event": "SparkListenerJobStart", "Job ID": id_,
-                       "Properties": {"spark.sql.execution.id": str(id_)}})
-    return events + [{"Event": END, "executionId": id_, "time": end}]
+from reconstructor.core import ViolationKind
+from reconstructor.core.batch import process_batch
+from reconstructor.core.frames import concat_rows
+from reconstructor.core.state import SessionStatus
+from tests.support.model import SCHEMA, Msg, table_as_dict, to_frame
+from tests.support.strategies import micro_batches, valid_session
+from tests.unit.test_core_properties import run_core, run_model
 
-
-def _log(tmp_path, *executions):
-    lines = [json.dumps(e) for ex in executions for e in ex]
-    (tmp_path / "events").write_text("\n".join(["{\"Event\": \"SparkListenerLogStart\"}", *lines]) + "\n")
-    return read_executions(tmp_path)
-
-
-def test_a_batch_splits_into_delta_state_merge_phases_other_jobs_and_driver_time(tmp_path):
-    executions = _log(
-        tmp_path,
-        _execution(10, 10, 0, 3000, "batch = 2", jobs=False),
-        _execution(11, 10, 100, 600, "batch = 2"),  # the pass that computes the batch
-        _execution(12, 10, 700, 1300, "batch = 2", jobs=False),  # the append command: its time is the driver's
-        _execution(13, 10, 750, 1050, "batch = 2: Compute snapshot for version: 3"),
-        _execution(14, 10, 1100, 1200, "batch = 2"),  # the append's write job
-        # two MERGEs side by side: their state reconstructions overlap each other
-        _execution(15, 10, 1400, 1800, "batch = 2: Compute snapshot for version: 3"),
-        _execution(16, 10, 1500, 1900, "batch = 2: Compute snapshot for version: 3"),
-        _execution(17, 10, 1900, 2900, "batch = 2 - MERGE operation - scanning files for matches"),
-        _execution(20, 20, 5000, 6000, "batch = 0", run="another run"),
-    )
-    [batch] = split(executions, RUN)
-    assert batch == {"batch": 2, "wall_s": 3.0, "delta_state_s": 0.8, "merge_s": 1.0, "other_s": 0.6,
-                     "driver_s": 0.6, "delta_states": 3}
+PROFILE = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+INT64_MAX = 2**63 - 1
 
 
-def test_an_execution_still_running_when_the_log_ends_is_left_out(tmp_path):
-    executions = _log(tmp_path, _execution(1, 1, 0, 500, "batch = 0"),
-                      _execution(2, 2, 600, 900, "batch = 1")[:-1])
-    assert [b["batch"] for b in split(executions, RUN)] == [0]
+@st.composite
+def perturbed_stream(draw):
+    """A session's records in Kafka order: valid, or with one message swapped with its neighbour,
+    dropped, repeated, malformed or keyed to another session.  Offsets follow the Kafka order."""
+    msgs = draw(valid_session(max_messages=12))
+    fault = draw(st.sampled_from(["none", "swap", "drop", "repeat", "malformed", "key"]))
+    if len(msgs) > 1 and fault != "none":
+        i = draw(st.integers(0, len(msgs) - 2))
+        if fault == "swap":
+            msgs[i], msgs[i + 1] = msgs[i + 1], msgs[i]
+        elif fault == "drop":
+            del msgs[i + 1]
+        elif fault == "repeat":
+            msgs.insert(i + 1, Msg(**{**vars(msgs[i])}))
+        elif fault == "malformed":
+            msgs[i + 1] = Msg(**{**vars(msgs[i + 1]), "error": "seq must be an integer"})
+        else:
+            msgs[i + 1] = Msg(**{**vars(msgs[i + 1]), "key": "someone-else"})
+    return [Msg(**{**vars(m), "offset": 100 + pos}) for pos, m in enumerate(msgs)]
+
+
+def verdict(violation):
+    if violation is None:
+        return None
+    return (violation.kind, violation.partition, violation.offset, violation.expected_seq,
+            violation.found_seq)
+
+
+def outcome(batches):
+    state, changes, violation = run_core(batches)
+    if violation is not None:
+        return verdict(violation), None
+    log = concat_rows(changes) if changes else pd.DataFrame()
+    tables = (table_as_dict(state.table), state.status, state.last_seq, state.last_offset,
+              state.snapshot_seq, state.snapshot_offset, state.first_seq)
+    return None, (tables, list(zip(log["seq"], log["row_id"], log["op"])) if len(log) else [])
+
+
+@PROFILE
+@given(data=st.data())
+def test_the_verdict_and_the_tables_do_not_depend_on_where_micro_batches_end(data):
+    msgs = data.draw(perturbed_stream())
+    batches = data.draw(micro_batches(msgs))
+    whole = outcome([msgs])
+    cut = outcome(batches)
+    assert cut == whole
+    # The reference model walks the records one by one in Kafka order; it agrees on the verdict.
+    _, model_violation = run_model([msgs])
+    if model_violation is None:
+        assert whole[0] is None
+    else:
+        assert whole[0] is not None
+        assert (whole[0][0].value, whole[0][2], whole[0][4]) == (
+            model_violation.kind, model_violation.offset, model_violation.seq)
+
+
+def _swapped():
+    snapshot = Msg(150, "snapshot", offset=10, rows=[{"id": "a", "values": {"status": "x"}}])
+    return snapshot, Msg(152, "update", offset=11, rows=[{"id": "a", "values": {"status": "z"}}]), \
+        Msg(151, "update", offset=12, rows=[{"id": "a", "op": "delete"}])
+
+
+def test_two_updates_swapped_in_kafka_order_are_a_gap_in_one_batch_as_across_two():
+    snapshot, late, early = _swapped()
+    for batches in ([[snapshot, late, early]], [[snapshot, late], [early]], [[snapshot], [late, early]]):
+        _, _, violation = run_core(batches)
+        assert verdict(violation) == (ViolationKind.GAP, 0, 11, 151, 152), batches
+
+
+def test_a_seq_at_the_largest_long_followed_by_another_message_is_a_duplicate():
+    snapshot = Msg(INT64_MAX - 1, "snapshot", offset=1, rows=[{"id": "a", "values": {}}])
+    last = Msg(INT64_MAX, "update", offset=2, rows=[{"id": "a", "values": {"status": "x"}}])
+    after = Msg(INT64_MAX, "update", offset=3, rows=[{"id": "a", "values": {"status": "y"}}])
+    state, _, violation = run_core([[snapshot, last]])
+    assert violation is None and state.last_seq == INT64_MAX
+    for batches in ([[snapshot, last], [after]], [[snapshot, last, after]]):
+        _, _, violation = run_core(batches)
+        assert verdict(violation) == (ViolationKind.DUPLICATE, 0, 3, 2**63, INT64_MAX)
+        assert "expected_seq=9223372036854775808" in str(violation)
+    # An end at the largest seq closes the session; anything after it is AFTER_END.
+    end = Msg(INT64_MAX, "end", offset=2)
+    state, _, violation = run_core([[snapshot, end]])
+    assert violation is None and state.status is SessionStatus.ENDED
+    result = process_batch("sensor-1", "s1", [to_frame([after])], state, SCHEMA)
+    assert result.violation.kind is ViolationKind.AFTER_END and result.violation.offset == 3
+
+
+def test_a_violation_prints_on_one_line_with_control_characters_escaped_and_travels_as_a_record():
+    from reconstructor.core import IntegrityViolation
+
+    v = IntegrityViolation(ViolationKind.GAP, "sensor-1", 0, 7, "cab 7\nü\x1b", 3, 5, "missing seq 3..4\r")
+    assert str(v) == ("INTEGRITY VIOLATION GAP topic=sensor-1 partition=0 offset=7 session=cab 7\\nü\\x1b "
+                      "expected_seq=3 found_seq=5: missing seq 3..4\\r")
+    assert IntegrityViolation.from_json(v.to_json()) == v
+    big = IntegrityViolation(ViolationKind.DUPLICATE, "t", 0, 1, "s", 2**63, 2**63 - 1)
+    assert IntegrityViolation.from_json(big.to_json()).expected_seq == 2**63
+
+
+def _moved(to_partition: int, from_partition: int):
+    """A session on ``from_partition`` (seq 0..2) whose seq 3 and 4 show up on ``to_partition``."""
+    home = [Msg(0, "snapshot", partition=from_partition, offset=0, rows=[{"id": "a", "values": {"status": "x"}}])]
+    home += [Msg(s, "update", partition=from_partition, offset=s, rows=[{"id": "a", "values": {"status": str(s)}}])
+             for s in (1, 2)]
+    moved = [Msg(s, "update", partition=to_partition, offset=2 + s, rows=[{"id": "a", "values": {"status": str(s)}}])
+             for s in (3, 4)]
+    return home, moved
+
+
+def test_a_session_on_two_partitions_in_one_batch_is_partition_moved_whichever_number_is_lower():
+    """The session's partition is the one holding its lowest seq; the first record on the other is
+    the verdict, in one batch as across two."""
+    for home_partition, other in ((0, 1), (1, 0)):
+        home, moved = _moved(other, home_partition)
+        expected = (ViolationKind.PARTITION_MOVED, other, 5, 3, 3)
+        for batches in ([home + moved], [moved + home], [home, moved]):
+            _, _, violation = run_core(batches)
+            assert verdict(violation) == expected, (home_partition, batches)
+            assert f"was on sensor-1[{home_partition}] and shows up on sensor-1[{other}]" in violation.detail
+        # The moved records alone, in a batch before any of the session's own: no snapshot yet.
+        _, _, violation = run_core([moved, home])
+        assert verdict(violation) == (ViolationKind.NO_SNAPSHOT, other, 5, None, 3)
