@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable, write_deltalake
 
 from reconstructor.audit.delta_tables import storage_options
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.tables import TABLES
 from reconstructor.errors import UsageError
-from reconstructor.spark.catalog import comment_tables, register_tables
+from reconstructor.spark.catalog import comment_tables, register_tables, table_comment
 from reconstructor.settings import S3Settings
 from workbench import localstack
 from workbench.fleet import FleetSpec, inject, plan_fleet
@@ -340,3 +341,12 @@ def test_registering_again_commits_nothing_and_another_output_takes_the_names_on
         assert copy.exists() and (out / "sessions").exists()  # a name dropped leaves the files
     finally:
         register_tables(spark, catalog, str(out), SCHEMA, replace=True)
+
+
+def test_a_tables_comment_is_read_from_its_metadata_and_a_column_named_comment_is_not_it(spark, tmp_path):
+    commented, bare = str(tmp_path / "commented"), str(tmp_path / "bare")
+    SparkDeltaTable.createIfNotExists(spark).location(commented).comment("it's `the` table").addColumn(
+        "Comment", "string", comment="a column").execute()
+    SparkDeltaTable.createIfNotExists(spark).location(bare).addColumn("Comment", "string").execute()
+    assert table_comment(spark, commented) == "it's `the` table"
+    assert table_comment(spark, bare) is None
