@@ -46,16 +46,22 @@ def _same_location(registered: str, path: str) -> bool:
     return norm(registered) == norm(path)
 
 
-def table_comment(spark: SparkSession, path: str) -> str | None:
-    """The comment of the Delta table at ``path``, read from its metadata (``DESCRIBE DETAIL``
-    would rebuild the table's whole state from its log first, about half a second a table)."""
-    detailed = False
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {path_ref(path)}").collect():
+def _table_information(spark: SparkSession, ref: str) -> dict[str, str]:
+    """The detailed information (``Location``, ``Comment``, ...) of the table SQL names ``ref``,
+    read from its metadata (``DESCRIBE DETAIL`` would rebuild the table's whole state from its log
+    first, about half a second a table)."""
+    information, detailed = {}, False
+    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {ref}").collect():
         if row.col_name.startswith("# Detailed Table Information"):
             detailed = True  # past the columns, one of which may be named Comment
-        elif detailed and row.col_name == "Comment":
-            return row.data_type
-    return None
+        elif detailed and row.col_name:
+            information[row.col_name] = row.data_type
+    return information
+
+
+def table_comment(spark: SparkSession, path: str) -> str | None:
+    """The comment of the Delta table at ``path``, None when it has none."""
+    return _table_information(spark, path_ref(path)).get("Comment")
 
 
 def comment_tables(spark: SparkSession, output: str, schema: RowSchema) -> int:
@@ -92,7 +98,7 @@ def register_tables(spark: SparkSession, catalog: str, output: str, schema: RowS
         for name in TABLES:
             ident, path = f"{quoted(catalog)}.{quoted(name)}", table_path(output, name)
             if spark.catalog.tableExists(f"{catalog}.{name}"):
-                location = spark.sql(f"DESCRIBE DETAIL {ident}").collect()[0].location
+                location = _table_information(spark, ident)["Location"]
                 if _same_location(location, path):
                     continue
                 if not replace:
