@@ -122,13 +122,13 @@ def split(executions: list[Execution], run_id: str) -> list[dict]:
     for batch in executions:
         if batch.root != batch.id or batch.field("runId") != run_id:
             continue
-        kids = children.get(batch.id, [])
+        kinds = [(_category(k), (k.start_ms, k.end_ms)) for k in children.get(batch.id, [])]
         row = {"batch": int(batch.field("batch") or -1), "wall_s": (batch.end_ms - batch.start_ms) / 1000}
         for category in CATEGORIES:
-            row[category + "_s"] = _union_ms([(k.start_ms, k.end_ms) for k in kids if _category(k) == category]) / 1000
-        counted = [(k.start_ms, k.end_ms) for k in kids if _category(k) is not None]
+            row[category + "_s"] = _union_ms([span for kind, span in kinds if kind == category]) / 1000
+        counted = [span for kind, span in kinds if kind is not None]
         row["driver_s"] = (batch.end_ms - batch.start_ms - _union_ms(counted)) / 1000
-        row["delta_states"] = sum(_category(k) == "delta_state" for k in kids)
+        row["delta_states"] = sum(kind == "delta_state" for kind, _ in kinds)
         out.append(row)
     return sorted(out, key=lambda r: r["batch"])
 

@@ -167,6 +167,11 @@ def _limit_query(parsed, root: Path) -> list[dict]:
     return _progress(query)
 
 
+def _run_id(progress: list[dict]) -> str:
+    """A streaming run's id, from its progress reports ("" when it reported none)."""
+    return progress[0]["runId"] if progress else ""
+
+
 def _split(event_log: Path, run_ids: dict[str, str]) -> dict[str, list[dict]]:
     """``--split``: each measured run's batches from the event log, printed and returned."""
     executions = batch_time.read_executions(event_log)
@@ -213,14 +218,13 @@ def throughput(spark, args, work: Path) -> dict:
     for i in range(args.repeat):
         seconds, limit_progress = _stateless_limit(spark, pattern, work / f"limit-{i}", args.max_offsets)
         limits.append(seconds)
-        run_ids["stateless limit"] = limit_progress[0]["runId"] if limit_progress else ""
+        run_ids["stateless limit"] = _run_id(limit_progress)
         print(f"stateless limit: {limits[-1]:.1f}s", flush=True)
         for engine, mode in runs:
             seconds, progress[engine, mode] = _reconstructor(
                 spark, pattern, work / f"recon-{engine.value}-{mode.value}-{i}", args.max_offsets, engine, mode)
             recons[engine, mode].append(seconds)
-            run_ids[f"reconstructor, {_label(engine, mode)}"] = (progress[engine, mode][0]["runId"]
-                                                                 if progress[engine, mode] else "")
+            run_ids[f"reconstructor, {_label(engine, mode)}"] = _run_id(progress[engine, mode])
             print(f"reconstructor, {_label(engine, mode)}: {seconds:.1f}s in {len(progress[engine, mode])} batches",
                   flush=True)
         started = time.perf_counter()
