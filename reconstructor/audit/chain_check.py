@@ -7,8 +7,8 @@ Fed ``row_changes`` an hour partition at a time (``core.chain`` says what a dige
 - every message links to one that the log holds (its ``chain_prev`` is another message's digest,
   of a lower seq), or starts a chain: a message whose rows were all removed leaves the next one
   linked to nothing;
-- a chain starts only at a snapshot, or at the first message after rows written before the chain
-  existed; the session's last chain ends at the head ``sessions`` holds, so the last messages
+- a chain starts only at a snapshot, at the session's first message with rows (its snapshot held
+  none), or at the first message after rows written before the chain existed; the session's last chain ends at the head ``sessions`` holds, so the last messages
   cannot go either.
 
 Memory held: per session, the messages whose neighbour in the chain was not read yet (hours are
@@ -61,6 +61,7 @@ class _Chain:
     starts: list = field(default_factory=list)  # (seq, offset, type) of each chain's first message
     messages: int = 0
     unchained_max_seq: int | None = None  # the last seq logged before the chain existed
+    first_seq: int | None = None  # the session's first message with rows, chained or not
 
 
 class ChainCheck:
@@ -97,6 +98,7 @@ class ChainCheck:
         first = rows[0]
         topic, session, seq, offset = first["topic"], first["session"], first["seq"], first["offset"]
         chain = self._chains[(topic, session)]
+        chain.first_seq = seq if chain.first_seq is None else min(chain.first_seq, seq)
         digests = {(r.get("chain_prev"), r.get("chain_digest")) for r in rows} if has_chain else {(None, None)}
         if len(digests) != 1:
             return ChainBreak(ROW_CHANGES, f"the rows of the message at offset {offset} disagree on its digest",
@@ -155,7 +157,10 @@ class ChainCheck:
                                   topic, session, seq)
             for seq, offset, kind in chain.starts:
                 after_unchained = chain.unchained_max_seq is not None and chain.unchained_max_seq < seq
-                if kind != "snapshot" and not after_unchained:
+                # A session whose snapshot held no rows has its first row in an update: the
+                # snapshot left nothing in the chain, so its first message with rows starts it.
+                first_rows = seq == chain.first_seq
+                if kind != "snapshot" and not after_unchained and not first_rows:
                     return ChainBreak(ROW_CHANGES, f"a chain starts at the message at offset {offset}, of type "
                                                    f"{kind}: a chain starts at a snapshot", topic, session, seq)
             head = heads.get(key)

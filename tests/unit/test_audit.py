@@ -19,30 +19,35 @@ from reconstructor.audit.fold import ChangeFold, changes_up_to, row_columns
 from reconstructor.audit.seq_runs import SeqRuns
 from reconstructor.settings import S3Settings
 from reconstructor.core.batch import process_batch
+from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, chain_messages
 from tests.support.model import SCHEMA, Model, Msg, normalise_values, to_frame
 from tests.support.strategies import batches_of, valid_session
 
 PROFILE = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOPIC, SESSION = "sensor-1", "s1"
 NAMES = SCHEMA.names
+ROW_TYPES = [(c.name, c.type) for c in SCHEMA.columns]
 
 
-def core_output(batches: list[list[Msg]]):
+def core_output(batches: list[list[Msg]], key: ChainKey = NO_KEY):
     """What the pipeline writes for one session fed ``batches``: (row_changes, sessions,
-    current_rows) as frames, the change log with its ``hour`` column."""
-    state, logs = None, []
+    current_rows) as frames, the change log with its ``hour`` column and its hash chain, digested
+    as the stateful step digests it (``chain_messages`` from the session's head)."""
+    state, logs, head = None, [], CHAIN_START
     for batch in batches:
         result = process_batch(TOPIC, SESSION, [to_frame(batch)], state, SCHEMA)
         assert result.violation is None
+        prevs, digests, head = chain_messages(TOPIC, SESSION, result.columns, head, ROW_TYPES, key)
         if len(result.changes):
-            logs.append(result.changes)
+            logs.append(result.changes.assign(chain_prev=prevs, chain_digest=digests))
         state = result.state
-    changes = pd.concat(logs or [result.changes], ignore_index=True).assign(topic=TOPIC, session=SESSION)
+    empty = result.changes.assign(chain_prev=pd.Series(dtype=object), chain_digest=pd.Series(dtype=object))
+    changes = pd.concat(logs or [empty], ignore_index=True).assign(topic=TOPIC, session=SESSION)
     changes["hour"] = changes["offset"].map(lambda o: f"h{o % 3}")  # rows of one record share its hour
     sessions = pd.DataFrame([{"topic": TOPIC, "session": SESSION, "partition": state.partition,
                               "status": state.status.value, "first_seq": state.first_seq,
                               "last_seq": state.last_seq, "last_offset": state.last_offset,
-                              "row_count": state.row_count}])
+                              "row_count": state.row_count, "chain_head": head or None}])
     live = state.table.reset_index() if state.status.value == "open" else state.table.reset_index().iloc[:0]
     ordered = changes.sort_values(["offset", "row_pos"], kind="stable")
     last = ordered.drop_duplicates("row_id", keep="last").set_index("row_id")  # each row's last change
@@ -148,7 +153,10 @@ def session_msgs() -> list[Msg]:
 
 @pytest.fixture
 def tables():
-    return core_output([session_msgs()[:3], session_msgs()[3:]])
+    """Tables written before the hash chain existed: each corruption below is found by the check
+    it is about, not by the chain, which would name it first."""
+    changes, sessions, current = core_output([session_msgs()[:3], session_msgs()[3:]])
+    return changes.drop(columns=["chain_prev", "chain_digest"]), sessions.drop(columns=["chain_head"]), current
 
 
 def test_asof_a_session_with_no_change_is_an_empty_table():
@@ -344,3 +352,17 @@ def test_verify_and_asof_read_delta_tables_without_loading_spark(tmp_path, table
     assert "no discrepancy" in ran.stdout and "3 hour partitions" in ran.stdout
     assert "r1,11.0," in ran.stdout  # r1 as it was after seq 1
     assert ran.stdout.strip().endswith("engine loaded: False")
+
+
+def test_a_session_whose_first_snapshot_held_no_rows_verifies():
+    """Its first update starts the chain: the empty snapshot left nothing in it."""
+    msgs = [Msg(seq=0, type="snapshot", rows=[], offset=10),
+            Msg(seq=1, type="update", rows=[{"id": "r1", "values": {"temperature": 1.0}}], offset=11),
+            Msg(seq=2, type="update", rows=[{"id": "r2", "values": {"temperature": 2.0}}], offset=12)]
+    for key in (NO_KEY, ChainKey("k")):
+        changes, sessions, current = core_output([msgs[:2], msgs[2:]], key)
+        check = Verification(sessions, no_violations(), NAMES, chain_key=key)
+        assert check.add_changes(changes) is None
+        found = check.finish(current)
+        assert found is None, found.line()
+        assert check.summary.chains == 1 and check.summary.chained_messages == 2
