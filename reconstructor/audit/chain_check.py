@@ -7,6 +7,7 @@ Fed ``row_changes`` an hour partition at a time (``core.chain`` says what a dige
 - every message links to one that the log holds (its ``chain_prev`` is another message's digest,
   of a lower seq), or starts a chain: a message whose rows were all removed leaves the next one
   linked to nothing;
+- no double is NaN: the pipeline never writes one, and a digest reads it as a null;
 - a chain starts only at a snapshot, at the session's first message with rows (its snapshot held
   none), or at the first message after rows written before the chain existed; the session's last chain ends at the head ``sessions`` holds, so the last messages
   cannot go either.
@@ -22,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from reconstructor.core.chain import CHAIN_START, HMAC_SHA256, ChainKey, canonical_message, scheme_of
 from reconstructor.errors import UsageError
@@ -77,6 +79,9 @@ class ChainCheck:
         """Check one batch (an hour partition, already filtered to the topics checked)."""
         if not batch.num_rows:
             return None
+        nan = self._nan(batch)
+        if nan is not None:
+            return nan
         has_chain = "chain_digest" in batch.column_names
         names = [n for n, _ in self.kinds]
         cols = ["topic", "session", "partition", "offset", "seq", "type", "row_pos", "row_id", "op",
@@ -92,6 +97,19 @@ class ChainCheck:
             if found is not None:
                 return found
             start = i
+        return None
+
+    def _nan(self, batch: pa.Table) -> ChainBreak | None:
+        """A NaN in a double column: the pipeline never writes one (a NaN in a message is
+        MALFORMED), and a digest reads it as a null, so it would pass for the null it replaced."""
+        for name, kind in self.kinds:
+            if kind != "double":
+                continue
+            nan = pc.fill_null(pc.is_nan(batch[name]), False)
+            if pc.any(nan).as_py():
+                r = batch.filter(nan).slice(0, 1).to_pylist()[0]
+                return ChainBreak(ROW_CHANGES, f"{name} is NaN in the change at offset {r['offset']}, a value the "
+                                               "pipeline never writes", r["topic"], r["session"], r["seq"])
         return None
 
     def _message(self, rows: list[dict], has_chain: bool) -> ChainBreak | None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from deltalake import write_deltalake
@@ -366,3 +367,24 @@ def test_a_session_whose_first_snapshot_held_no_rows_verifies():
         found = check.finish(current)
         assert found is None, found.line()
         assert check.summary.chains == 1 and check.summary.chained_messages == 2
+
+
+def test_a_null_double_replaced_by_nan_is_named_though_its_digest_is_unchanged():
+    msgs = [Msg(seq=0, type="snapshot", rows=[{"id": "r1", "values": {"status": "ok"}}], offset=10),
+            Msg(seq=1, type="update", rows=[{"id": "r1", "values": {"status": "hot"}}], offset=11)]
+    key = ChainKey("k")
+    changes, sessions, current = core_output([msgs], key)
+    assert changes["temperature"].isna().all()  # nulls (pandas holds a double's null as NaN)
+    nans = pa.array([float("nan")] * len(changes), pa.float64(), from_pandas=False)
+    logged = pa.Table.from_pandas(changes, preserve_index=False)
+    logged = logged.set_column(logged.schema.get_field_index("temperature"), "temperature", nans)
+    assert logged["temperature"].null_count == 0
+    found, _ = verify_keyed(logged, sessions, current, key)
+    assert found is not None and (found.table, found.seq) == ("row_changes", 0)
+    assert "temperature is NaN" in found.detail
+
+
+def verify_keyed(changes, sessions, current, key: ChainKey):
+    check = Verification(sessions, no_violations(), NAMES, chain_key=key)
+    found = check.add_changes(changes)
+    return (found if found is not None else check.finish(current)), check
