@@ -43,7 +43,7 @@ from reconstructor.audit.fold import ChangeFold, as_arrow, same_value
 from reconstructor.core.chain import NO_KEY, ChainKey
 from reconstructor.audit.seq_runs import SeqRuns
 from reconstructor.core.state import SessionStatus
-from reconstructor.core.violations import printable
+from reconstructor.core.violations import printable, quoted
 from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
 
 SKIPPED, DRIFT = "SKIPPED", "SNAPSHOT_DRIFT"
@@ -297,8 +297,8 @@ class Verification:
                     raise Found(Discrepancy(CURRENT_ROWS, f"row present here but {why}", *key, held[rid]["seq"], rid))
                 for name, value in zip(self.names, table[rid]):
                     if not same_value(held[rid].get(name), value):
-                        raise Found(Discrepancy(CURRENT_ROWS, f"{name} is {held[rid].get(name)!r} here, "
-                                                f"{value!r} in row_changes", *key, folded[rid].seq, rid))
+                        raise Found(Discrepancy(CURRENT_ROWS, f"{name} is {quoted(held[rid].get(name))} here, "
+                                                f"{quoted(value)} in row_changes", *key, folded[rid].seq, rid))
                 self._check_row_position(key, s, rid, held[rid], folded[rid])
 
     @staticmethod

@@ -17,7 +17,7 @@ import pandas as pd
 
 from reconstructor.core.frames import int_or_none
 from reconstructor.core.state import SessionState, SessionStatus
-from reconstructor.core.violations import IntegrityViolation, ViolationKind
+from reconstructor.core.violations import IntegrityViolation, ViolationKind, quoted
 
 
 @dataclass
@@ -45,7 +45,7 @@ def check_continuity(topic: str, session: str, df: pd.DataFrame, state: SessionS
     if skipped is None:
         return Continuity(m.msgs, m.partition, 0, 0, _violation(
             ViolationKind.NO_SNAPSHOT, topic, session, m.msgs.iloc[0], None,
-            f"a session's first message must be a snapshot, got {m.types[0]!r}"))
+            f"a session's first message must be a snapshot, got {quoted(m.types[0])}"))
     if skipped == m.n:
         return Continuity(m.msgs, m.partition, m.n, m.n, None)
     cut, after_end = _first_break(m, state, skipped)
@@ -182,7 +182,7 @@ def kafka_order(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFr
             elif pd.isna(row["key"]):
                 reason = "the Kafka record has no key; the key must be its session"
             else:
-                reason = f"Kafka key {row['key']!r} is not the session {row['session']!r}"
+                reason = f"Kafka key {quoted(row['key'])} is not the session {quoted(row['session'])}"
             reasons[(int(row["partition"]), int(row["offset"]))] = reason
         detail = pd.Series([reasons.get((int(p), int(o))) for p, o in
                             zip(msgs["partition"], msgs["offset"])], dtype=object)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from reconstructor.core.violations import quoted
+
 #: How many differing row ids a drift's detail names, per kind of difference.
 NAMED_ROWS = 5
 
@@ -46,5 +48,5 @@ def _same(a: pd.Series, b: pd.Series) -> np.ndarray:
 def _named(ids: pd.Index) -> str:
     if not len(ids):
         return ""
-    shown = ", ".join(repr(str(i)) for i in sorted(ids)[:NAMED_ROWS])
+    shown = ", ".join(quoted(str(i)) for i in sorted(ids)[:NAMED_ROWS])
     return f" ({shown}{', ...' if len(ids) > NAMED_ROWS else ''})"

@@ -20,7 +20,7 @@ from reconstructor.core.frames import (CHANGE, INT_COLUMNS, coerce_columns, coer
                                        take_values, values_of)
 from reconstructor.core.policy import OnDrift
 from reconstructor.core.state import SessionState
-from reconstructor.core.violations import IntegrityViolation, ViolationKind
+from reconstructor.core.violations import IntegrityViolation, ViolationKind, quoted
 from reconstructor.contract.row_schema import RowSchema
 
 
@@ -134,7 +134,7 @@ def apply_updates(ops, table: pd.DataFrame | pa.Table, names: list[str]) -> pd.D
         if unknown.size:
             bad = {name: values[int(unknown[0])] for name, values in ops.items()}
             raise Rejected.at(ViolationKind.UNKNOWN_ROW, bad,
-                              f"delete of row {bad['row_id']!r}, which is not in the session's table")
+                              f"delete of row {quoted(bad['row_id'])}, which is not in the session's table")
     # Positions, and the new table built once from its columns: a frame-level filter, column pick
     # and concat cost a copy each.
     final = np.flatnonzero(~ids.duplicated(keep="last"))
@@ -154,10 +154,10 @@ def snapshot_problem(snap_rows: pd.DataFrame) -> str | None:
     """Why a snapshot's rows cannot be a table (a delete, a row twice), or None."""
     if snap_rows["op"].eq("delete").any():
         rid = snap_rows.loc[snap_rows["op"].eq("delete"), "row_id"].iloc[0]
-        return f"a snapshot carries whole rows, not deletes (row {rid!r})"
+        return f"a snapshot carries whole rows, not deletes (row {quoted(rid)})"
     dup = snap_rows["row_id"].duplicated()
     if dup.any():
-        return f"row {snap_rows.loc[dup, 'row_id'].iloc[0]!r} appears twice in one snapshot"
+        return f"row {quoted(snap_rows.loc[dup, 'row_id'].iloc[0])} appears twice in one snapshot"
     return None
 
 

@@ -26,10 +26,39 @@ class ViolationKind(str, enum.Enum):
     SKIPPED = "SKIPPED"
 
 
+def _escape(code: int) -> str:
+    """A code point as Python writes it escaped: ``\\t``, ``\\n``, ``\\r``, else ``\\xNN``,
+    ``\\uNNNN`` or ``\\UNNNNNNNN`` by its size, in lower-case hex."""
+    named = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}.get(code)
+    if named:
+        return named
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+#: The code points an id or a text is written with escaped, a fixed list and no Unicode database
+#: (the runtimes' tables differ in version, so the engines and Pythons would part): the C0 and C1
+#: controls, the two Unicode line ends (``str.splitlines`` and Unicode's line breaking end a line
+#: there) and the surrogates (a lone one is no letter and no UTF-8). Every other code point, an
+#: unassigned one included, is written as it is. The JVM engine's ``Text.escaped`` is the same list.
+ESCAPED = (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0xD800, 0xE000))
+_LINE = {code: _escape(code) for code in ESCAPED}
+_QUOTED = {q: {**_LINE, ord("\\"): "\\\\", ord(q): "\\" + q} for q in "'\""}
+
+
 def printable(text: str) -> str:
-    """``text`` on one line: control characters (a newline, a tab, an escape) as Python escapes,
-    every other letter as it is."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    """``text`` on one line: the code points of ``ESCAPED`` (a newline, a tab, an escape, U+2028, a
+    lone surrogate) as Python escapes, every other letter as it is."""
+    return text.translate(_LINE)
+
+
+def quoted(value) -> str:
+    """A row id, a key or a session as a violation's detail quotes it: a text in the shape of
+    Python's ``repr`` (single quotes unless it holds one and no double quote; the quote and the
+    backslash escaped) with only the code points of ``ESCAPED`` escaped; anything else as ``repr``."""
+    if not isinstance(value, str):
+        return repr(value)
+    quote = '"' if "'" in value and '"' not in value else "'"
+    return quote + value.translate(_QUOTED[quote]) + quote
 
 
 def _fmt(value) -> str:

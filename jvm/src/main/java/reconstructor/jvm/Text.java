@@ -9,9 +9,10 @@ import java.util.Locale;
 import com.fasterxml.jackson.core.io.NumberOutput;
 
 /**
- * Text exactly as the Python engine writes it: a violation's detail quotes a row id the way
- * Python's {@code repr} does, the change log's digests hash RFC 8785 JSON, and row ids sort by
- * code point. Two engines that differ in one character here write different tables.
+ * Text exactly as the Python engine writes it: a violation's detail quotes a row id in the shape
+ * of Python's {@code repr} with the contract's escaping, the change log's digests hash RFC 8785
+ * JSON, and row ids sort by code point. Two engines that differ in one character here write
+ * different tables.
  */
 final class Text {
   private Text() {}
@@ -32,7 +33,13 @@ final class Text {
     return Integer.compare(a.length() - i, b.length() - j);
   }
 
-  /** Python's {@code repr(str)}: single quotes unless the text holds one and no double quote. */
+  /**
+   * A text quoted as the Python engine quotes it ({@code reconstructor.core.violations.quoted}):
+   * the shape of Python's {@code repr(str)} (single quotes unless the text holds one and no double
+   * quote; the quote and the backslash escaped), escaping only the contract's fixed list of code
+   * points ({@link #escaped}), never by a Unicode database: Java's tables and Python's differ in
+   * version.
+   */
   static String pyRepr(String s) {
     char quote = s.indexOf('\'') >= 0 && s.indexOf('"') < 0 ? '"' : '\'';
     StringBuilder out = new StringBuilder(s.length() + 2).append(quote);
@@ -41,40 +48,36 @@ final class Text {
       i += Character.charCount(c);
       if (c == quote || c == '\\') {
         out.append('\\').appendCodePoint(c);
-      } else if (c == '\t') {
-        out.append("\\t");
-      } else if (c == '\n') {
-        out.append("\\n");
-      } else if (c == '\r') {
-        out.append("\\r");
-      } else if (c < 0x20 || c == 0x7f) {
-        out.append(String.format(Locale.ROOT, "\\x%02x", c));
-      } else if (c < 0x7f || isPrintable(c)) {
-        out.appendCodePoint(c);
-      } else if (c <= 0xff) {
-        out.append(String.format(Locale.ROOT, "\\x%02x", c));
-      } else if (c <= 0xffff) {
-        out.append(String.format(Locale.ROOT, "\\u%04x", c));
+      } else if (escaped(c)) {
+        escape(out, c);
       } else {
-        out.append(String.format(Locale.ROOT, "\\U%08x", c));
+        out.appendCodePoint(c);
       }
     }
     return out.append(quote).toString();
   }
 
-  /** Python's {@code str.isprintable} for one character: not a control, format, surrogate,
-   * private-use, unassigned or separator character, the space excepted. */
-  private static boolean isPrintable(int c) {
-    if (c == ' ') {
-      return true;
-    }
-    switch (Character.getType(c)) {
-      case Character.CONTROL: case Character.FORMAT: case Character.SURROGATE: case Character.PRIVATE_USE:
-      case Character.UNASSIGNED: case Character.SPACE_SEPARATOR: case Character.LINE_SEPARATOR:
-      case Character.PARAGRAPH_SEPARATOR:
-        return false;
-      default:
-        return true;
+  /** The code points a detail or a line escapes: the C0 and C1 controls, the two Unicode line
+   * ends (U+2028, U+2029) and surrogates (a lone one, as {@code codePointAt} yields it). */
+  static boolean escaped(int c) {
+    return c < 0x20 || (c >= 0x7f && c <= 0x9f) || c == 0x2028 || c == 0x2029 || (c >= 0xd800 && c <= 0xdfff);
+  }
+
+  /** {@code c} as Python writes an escape: a backslash and {@code t}, {@code n} or {@code r}, else
+   * {@code x}, {@code u} or {@code U} and two, four or eight lower-case hex digits by its size. */
+  private static void escape(StringBuilder out, int c) {
+    if (c == '\t') {
+      out.append("\\t");
+    } else if (c == '\n') {
+      out.append("\\n");
+    } else if (c == '\r') {
+      out.append("\\r");
+    } else if (c <= 0xff) {
+      out.append(String.format(Locale.ROOT, "\\x%02x", c));
+    } else if (c <= 0xffff) {
+      out.append(String.format(Locale.ROOT, "\\u%04x", c));
+    } else {
+      out.append(String.format(Locale.ROOT, "\\U%08x", c));
     }
   }
 
