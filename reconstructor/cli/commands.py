@@ -85,6 +85,7 @@ def _stream_into(cfg: Settings, app: str, progress, metrics: MetricsExport | Non
         validate.resync_topic_exists(cfg.bootstrap_servers, cfg.kafka, cfg.resync_topic)
     lease = _writer_lease(cfg, "replay" if replay else "run", cfg.checkpoint)
     try:
+        _output_chain_key(cfg)
         return _stream_leased(cfg, app, progress, metrics, replay=replay, restarts=restarts,
                               signals=signals, lease=lease)
     finally:
@@ -109,6 +110,27 @@ def _writer_lease(cfg: Settings, command: str, checkpoint: str | None, store=Non
     except ReconstructorError as exc:
         raise explain(exc, cfg) from None
     return lease
+
+
+def _output_chain_key(cfg: Settings) -> None:
+    """The chain key must be the one the output's change log was chained with (none counts as one):
+    exit 2 before a record is read otherwise (``reconstructor.audit.key_check``).  Checked once the
+    lease is held, so a storage failure has been named by then and no writer changes the log."""
+    from reconstructor.audit.key_check import checked_outputs, require_output_key
+
+    if not checked_outputs(cfg.output):
+        return
+    from reconstructor.audit.delta_tables import OutputTables
+    from reconstructor.core.chain import ChainKey
+
+    try:
+        require_output_key(OutputTables(cfg.output, cfg.s3), ChainKey(cfg.chain_key))
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line naming the output, however delta-rs failed
+        failure = explain(exc, cfg)
+        raise ReconstructorError(f"--output {cfg.output}: the chain key could not be checked against the "
+                                 f"output's change log: {failure}") from exc
 
 
 def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *, replay: bool,
