@@ -161,7 +161,7 @@ def inject(messages: list[Planned], fault: str, rng: random.Random | None = None
         if len(later) < RESYNC_AFTER:
             raise ValueError(f"session {victim.session} has too few updates after the fault for a resync")
         at = later[RESYNC_AFTER - 1]
-        out[at] = _sensor_snapshot(messages, at)
+        out[at] = sensor_snapshot(messages, at)
         if fault == "drift":
             out[i] = Planned(victim.topic, victim.session, {**victim.message, "rows": []})
             return out, out[at]
@@ -199,7 +199,7 @@ def inject(messages: list[Planned], fault: str, rng: random.Random | None = None
     return out, extra
 
 
-def _sensor_snapshot(messages: list[Planned], at: int) -> Planned:
+def sensor_snapshot(messages: list[Planned], at: int) -> Planned:
     """A snapshot, in place of the update at ``at``, of the table the sensor holds once that update
     is made: its session's messages replayed up to it."""
     p = messages[at]

@@ -19,6 +19,10 @@ each message to the one before it.
 - A chain starts (``prev_digest = ""``) at a session's first message, at the first message a driver
   applies without knowing the digest before it (a replay from a snapshot the tables do not hold, a
   checkpoint written before the chain existed), and nowhere else: a resync snapshot continues it.
+- A replay that starts a session at a snapshot the tables hold takes that message's digests from
+  the tables (``ChainSeed``) and continues from them: the live run may have digested more changes
+  in it (the ``row_pos = -1`` deletes of the rows it dropped, which a replay into an empty table
+  does not make), and the replay's own rows of it are the tables' already.
 """
 
 from __future__ import annotations
@@ -29,19 +33,22 @@ import hmac
 import json
 import math
 from decimal import Decimal
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["CHAIN_START", "ChainKey", "canonical_message", "chain_messages", "scheme_of"]
+__all__ = ["CHAIN_START", "ChainKey", "ChainSeed", "canonical_message", "chain_messages", "chain_session",
+           "scheme_of"]
 
 #: The ``prev_digest`` of a chain's first message.
 CHAIN_START = ""
 
 SHA256, HMAC_SHA256 = "sha256", "hmac-sha256"
 
-_encode_string = json.encoder.encode_basestring  # JCS's escaping: ", \\, and control characters
+#: A string as RFC 8785 (JCS) writes it: quoted, ", \\ and control characters escaped.
+jcs_string = json.encoder.encode_basestring
+_encode_string = jcs_string
 
 
 class ChainKey:
@@ -56,6 +63,12 @@ class ChainKey:
 
     def __repr__(self) -> str:
         return f"ChainKey({self.scheme})"
+
+    def seal(self, data: bytes) -> str | None:
+        """An HMAC of ``data`` (None without a key: anyone could make a plain hash of it)."""
+        if not self._secret:
+            return None
+        return f"{HMAC_SHA256}:{hmac.new(self._secret, data, hashlib.sha256).hexdigest()}"
 
     def digest(self, prev: str, canonical: bytes) -> str:
         data = prev.encode("ascii") + b"\n" + canonical
@@ -206,6 +219,31 @@ def chain_messages(topic: str, session: str, columns: Mapping[str, Sequence], pr
         prevs[a:b], digests[a:b] = prev, head
         prev = head
     return prevs, digests, prev
+
+
+class ChainSeed(NamedTuple):
+    """The digests ``row_changes`` holds for a snapshot message: where a replay that starts a
+    session at it links into the tables' chain."""
+
+    prev: str
+    digest: str
+
+
+def chain_session(topic: str, session: str, columns: Mapping[str, Sequence], known: str | None,
+                  seed: ChainSeed | None, seed_seq: int | None, row_columns: Sequence[tuple[str, str]],
+                  key: ChainKey = NO_KEY) -> tuple[np.ndarray, np.ndarray, str]:
+    """``chain_messages`` from the session's head ``known``; a session with no head that a replay
+    started at a snapshot the tables hold (``seed``, of the message at ``seed_seq``) gives that
+    message's rows the tables' digests and continues from its digest."""
+    if known is not None or seed is None:
+        return chain_messages(topic, session, columns, known or CHAIN_START, row_columns, key)
+    seqs = np.asarray(columns["seq"], dtype=np.int64)
+    others = np.flatnonzero(seqs != seed_seq)
+    k = int(others[0]) if len(others) else len(seqs)  # the snapshot's rows lead the batch's, if here
+    rest = {name: values[k:] for name, values in columns.items()}
+    prevs, digests, head = chain_messages(topic, session, rest, seed.digest, row_columns, key)
+    lead = np.full(k, seed.prev, dtype=object), np.full(k, seed.digest, dtype=object)
+    return np.concatenate([lead[0], prevs]), np.concatenate([lead[1], digests]), head
 
 
 def _plain(values) -> list:

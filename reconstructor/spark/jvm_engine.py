@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import STATE_DDL, records_ddl
+from reconstructor.core.chain import ChainSeed
 from reconstructor.core.data_loss import DataLoss
 from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.timestamps import RFC3339_PATTERN
@@ -32,7 +33,7 @@ ENGINE_VERSION = "2"
 
 def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapshot: bool, state_retention_ms: int,
                     policy: IntegrityPolicy, losses: Mapping[tuple[str, int], list[DataLoss]] | None,
-                    chain_key: str | None, chain_seeds: Mapping[tuple[str, str, int], str] | None) -> str:
+                    chain_key: str | None, chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None) -> str:
     """What the JVM's ``EngineSettings`` reads, as JSON."""
     return json.dumps({
         "schema_name": schema.name,
@@ -45,7 +46,7 @@ def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapsho
         "losses": [[d.topic, d.partition, d.first, d.earliest, d.detail]
                    for found in (losses or {}).values() for d in found],
         "chain_key": chain_key or None,
-        "chain_seeds": [[t, s, int(q), prev] for (t, s, q), prev in (chain_seeds or {}).items()],
+        "chain_seeds": [[t, s, int(q), seed.prev, seed.digest] for (t, s, q), seed in (chain_seeds or {}).items()],
         "state_ddl": STATE_DDL,
         "records_ddl": records_ddl(schema),
         "timestamp_pattern": RFC3339_PATTERN,
@@ -57,7 +58,7 @@ def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapsho
 def reconstruct_jvm(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int, await_snapshot: bool = False,
                     state_retention_ms: int, policy: IntegrityPolicy = STRICT,
                     losses: Mapping[tuple[str, int], list[DataLoss]] | None = None, chain_key: str | None = None,
-                    chain_seeds: Mapping[tuple[str, str, int], str] | None = None) -> DataFrame:
+                    chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None) -> DataFrame:
     """Group the parsed records by ``(topic, session)`` and rebuild each on the JVM."""
     spark = records.sparkSession
     engine = _engine_class(spark)

@@ -24,7 +24,8 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import chain_head, dump_table, read_table
-from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, chain_messages
+from reconstructor.core.seal import session_seal
+from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, ChainSeed, chain_session
 from reconstructor.core.data_loss import DataLoss, loss_reaching
 from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
@@ -114,7 +115,7 @@ class SessionReconstructor:
     def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False,
                  state_retention_ms: int = DEFAULT_STATE_RETENTION_MS, policy: IntegrityPolicy = STRICT,
                  losses: Mapping[tuple[str, int], list[DataLoss]] | None = None,
-                 chain_key: ChainKey = NO_KEY, chain_seeds: Mapping[tuple[str, str, int], str] | None = None):
+                 chain_key: ChainKey = NO_KEY, chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None):
         self.losses = dict(losses or {})
         self.chain_key = chain_key
         self.chain_seeds = dict(chain_seeds or {})
@@ -152,8 +153,9 @@ class SessionReconstructor:
             return
         new = result.state
         known = chain_head(state.get[_AT["table"]]) if state.exists else None
-        prevs, digests, head = chain_messages(topic, session, result.columns, self._chain_from(
-            topic, session, result.columns, known), self.row_types, self.chain_key)
+        seed = self.chain_seeds.get((topic, session, new.first_seq)) if known is None and self.chain_seeds else None
+        prevs, digests, head = chain_session(topic, session, result.columns, known, seed, new.first_seq,
+                                             self.row_types, self.chain_key)
         head = None if head == CHAIN_START else head
         state.update(state_to_tuple(new, self.schema, head))
         self._arm_timeout(state, new.status, has_table=True)
@@ -167,16 +169,6 @@ class SessionReconstructor:
         changes = {**changes, "chain_prev": prevs, "chain_digest": digests}
         yield self._group_frame(topic, session, changes, new, new.status, row_count=new.row_count,
                                 current=current, head=head)
-
-    def _chain_from(self, topic: str, session: str, columns: dict, known: str | None) -> str:
-        """The digest the batch's first message links to: the session's head, else (a replay that
-        starts at a snapshot the tables hold) the digest the tables link that snapshot to, else a
-        new chain."""
-        if known is not None:
-            return known
-        if self.chain_seeds and len(columns["row_id"]) and columns["type"][0] == "snapshot":
-            return self.chain_seeds.get((topic, session, int(columns["seq"][0])), CHAIN_START)
-        return CHAIN_START
 
     def _lost(self, topic: str, session: str, previous: SessionState | None) -> IntegrityViolation | None:
         """The session's own ``DATA_LOSS`` row when a loss on its partition reaches it, else None."""
@@ -236,6 +228,8 @@ class SessionReconstructor:
         given = {"status": status.value, "row_count": row_count}
         info = {f.name: given[f.name] if f.name in given else _state_value(s, f) for f in SESSION_INFO_FIELDS}
         info["chain_head"] = head
+        info["chain_seal"] = session_seal(self.chain_key, {**info, "topic": topic, "session": session,
+                                                           "partition": s.partition})
         n = len(changes["row_id"])
         own = {"record": ([RecordKind.CHANGE.value] * (n - current) + [RecordKind.CURRENT.value] * current
                           + [RecordKind.SESSION.value]),
@@ -298,14 +292,14 @@ def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: in
                 policy: IntegrityPolicy = STRICT,
                 losses: Mapping[tuple[str, int], list[DataLoss]] | None = None,
                 chain_key: ChainKey = NO_KEY,
-                chain_seeds: Mapping[tuple[str, str, int], str] | None = None) -> DataFrame:
+                chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None) -> DataFrame:
     """Group parsed records by ``(topic, session)`` and run the state function over them.
 
     In quarantine mode the records carry their raw value (``parse_records(keep_values=True)``) for
     the ``violations`` table, and ``losses`` (the checkpoint's recorded ``DATA_LOSS``) reach the
     sessions of their partitions.  Each change carries its message's digest (``core.chain``,
-    HMACs with ``chain_key``); a replay's ``chain_seeds`` link the snapshots it starts sessions at to
-    the chain the tables hold."""
+    HMACs with ``chain_key``); a replay's ``chain_seeds`` give the snapshots it starts sessions at
+    the digests the tables hold for them (``core.chain.ChainSeed``)."""
     fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms, policy,
                               losses=losses, chain_key=chain_key, chain_seeds=chain_seeds)
     inputs = reconstruct_inputs(records, schema, with_values=policy.quarantine)

@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.contract.tables import STATE_FIELDS
 from reconstructor.core import blob, jvm_blob
+from reconstructor.core.chain import ChainSeed
 from reconstructor.core.data_loss import DataLoss
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.violations import quoted
@@ -99,7 +100,8 @@ def scenarios(draw) -> Scenario:
     seeds = {}
     if snapshots and draw(st.booleans()):
         session, seq = draw(st.sampled_from(snapshots))
-        seeds[(TOPIC, session, seq)] = "sha256:" + "ab" * 32
+        seeds[(TOPIC, session, seq)] = ChainSeed(draw(st.sampled_from(["", "sha256:" + "cd" * 32])),
+                                                 "sha256:" + "ab" * 32)
     losses = {}
     if draw(st.booleans()):
         partition = draw(st.integers(0, 1))
@@ -124,9 +126,18 @@ def run_engine(spark, engine: StatefulEngine, sc: Scenario) -> tuple[dict, dict]
     """The scenario through ``engine``: its output records per micro-batch (normalised), and the
     state its checkpoint holds at the end."""
     root = tempfile.mkdtemp(prefix=f"recon-diff-{engine.value}-")
-    inputs, checkpoint = f"{root}/in", f"{root}/chk"
-    os.makedirs(inputs)
+    checkpoint = f"{root}/chk"
     got: dict[int, list] = {}
+    feed(sc, f"{root}/in", lambda inputs: _run_segment(spark, engine, sc, inputs, checkpoint, got))
+    return got, _state(spark, checkpoint)
+
+
+def feed(sc: Scenario, inputs: str, run_segment) -> None:
+    """The scenario's micro-batches as files under ``inputs`` (one file a micro-batch, read oldest
+    first), the batches between two restarts at a time, each time followed by
+    ``run_segment(inputs)``: a query from the checkpoint over what is there.  Once one returns
+    False (a violation stopped it), nothing after it runs."""
+    os.makedirs(inputs)
     stamp = time.time() - 3600
     segments = [[]]
     for i, batch in enumerate(sc.batches):
@@ -142,15 +153,33 @@ def run_engine(spark, engine: StatefulEngine, sc: Scenario) -> tuple[dict, dict]
                   "key": r.key, "value": r.value} for r in batch], schema=KAFKA), path)
             os.utime(path, (stamp + written, stamp + written))  # the file source reads the oldest first
             written += 1
-        if not _run_segment(spark, engine, sc, inputs, checkpoint, got):
+        if not run_segment(inputs):
             break  # a violation stopped the query: nothing after it runs
-    return got, _state(spark, checkpoint)
+
+
+def reconstructed(spark, engine: StatefulEngine, sc: Scenario, inputs: str):
+    """The stateful step's records under ``engine`` over a file source of ``inputs`` with the Kafka
+    source's columns, one micro-batch per file, as the product's query parses and rebuilds them."""
+    source = spark.readStream.schema(KAFKA_DDL).option("maxFilesPerTrigger", 1).parquet(inputs)
+    return reconstruct_with(engine, parse_for(engine, source, SCHEMA, keep_values=sc.policy.quarantine), SCHEMA,
+                            **sc.options())
+
+
+def start_available_now(spark, out, each_batch, checkpoint: str):
+    """``out`` into ``each_batch`` (a foreachBatch function) under an available-now trigger from
+    ``checkpoint``, without no-data micro-batches (as ``pipeline._start`` starts such a query)."""
+    key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    previous = spark.conf.get(key, "true")
+    spark.conf.set(key, "false")
+    try:
+        return (out.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
+                .queryName(f"diff_{uuid.uuid4().hex[:8]}").trigger(availableNow=True).start())
+    finally:
+        spark.conf.set(key, previous)
 
 
 def _run_segment(spark, engine, sc: Scenario, inputs: str, checkpoint: str, got: dict) -> bool:
-    source = spark.readStream.schema(KAFKA_DDL).option("maxFilesPerTrigger", 1).parquet(inputs)
-    out = reconstruct_with(engine, parse_for(engine, source, SCHEMA, keep_values=sc.policy.quarantine), SCHEMA,
-                           **sc.options())
+    out = reconstructed(spark, engine, sc, inputs)
     out = out.select([F.unix_micros(c).alias(c) if t == "timestamp" else F.col(c) for c, t in out.dtypes])
 
     def collect(df, batch_id):
@@ -159,14 +188,7 @@ def _run_segment(spark, engine, sc: Scenario, inputs: str, checkpoint: str, got:
         if any(r.record == "violation" for r in rows):
             raise RuntimeError("violation")  # as the sinks fail the micro-batch
 
-    key = "spark.sql.streaming.noDataMicroBatches.enabled"
-    previous = spark.conf.get(key, "true")
-    spark.conf.set(key, "false")
-    try:
-        query = (out.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint)
-                 .queryName(f"diff_{uuid.uuid4().hex[:8]}").trigger(availableNow=True).start())
-    finally:
-        spark.conf.set(key, previous)
+    query = start_available_now(spark, out, collect, checkpoint)
     try:
         query.awaitTermination()
     except StreamingQueryException:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from reconstructor.cli import main as cli_main
-from workbench.fleet import FleetSpec, plan_fleet, publish
+from workbench.fleet import FleetSpec, Planned, sensor_snapshot, expected_tables, plan_fleet, publish
 from workbench.producer import SensorProducer
 from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
@@ -46,8 +46,9 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
         stack, spark, run_id, tmp_path, capsys):
     spec = FleetSpec(topic_prefix=f"rc{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=20,
                      updates=160, seed=17, end_sessions=False, resync_every=60)
-    messages = list(plan_fleet(spec))
-    half = len(messages) // 2
+    planned = list(plan_fleet(spec))
+    half = len(planned) // 2
+    messages, drifted = with_a_drift_that_drops_a_row(planned, half)
     bootstrap = stack.bootstrap_servers()
     out, chk, replay_chk = str(tmp_path / "out"), str(tmp_path / "chk"), str(tmp_path / "chk-replay")
     pattern = f"rc{run_id}-sensor-[0-9]+"
@@ -66,7 +67,10 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
     assert read_table(spark, out, "row_changes").count() == change_count(messages)  # nothing repeated
     sessions = read_table(spark, out, "sessions").collect()
     assert {r.last_seq for r in sessions} == {max(p.message["seq"] for p in messages)}
-    # The replay's chains continue those the tables hold from the snapshots it started at.
+    # The replay's chains continue those the tables hold from the snapshots it started at, the one
+    # whose digest covers a row the live run dropped included.
+    drifts = read_table(spark, out, "violations").where("kind = 'SNAPSHOT_DRIFT'").collect()
+    assert (drifted.session, drifted.message["seq"]) in {(d.session, d.found_seq) for d in drifts}, drifts
     assert cli_main(["verify", "--output", out]) == 0, capsys.readouterr().err[-2000:]
     assert " in 4 chains" in capsys.readouterr().out
 
@@ -85,6 +89,29 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
                      "--checkpoint", chk, "--compact-every", "off"])
     assert code == 2
     assert "reconstructor replay" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def with_a_drift_that_drops_a_row(messages: list[Planned], before: int) -> tuple[list[Planned], Planned]:
+    """The messages where one session's last update before ``before`` is a snapshot of the
+    sensor's table, and the update before it deleted a row but reached Kafka without its rows: the
+    live run's snapshot drops that row (a ``row_pos = -1`` delete, in the snapshot's digest), which
+    a replay from that snapshot into an empty table does not make.  Returns the messages and that
+    snapshot."""
+    session = messages[0].session
+    updates = [j for j in range(before) if messages[j].session == session and messages[j].message["type"] == "update"]
+    victim, at = updates[-2], updates[-1]
+    assert all(messages[j].session != session for j in range(victim + 1, at))
+    topic = messages[victim].topic
+    row = min(expected_tables(messages[:victim])[(topic, session)])
+    # The row is gone for good: later messages of the session no longer name it.
+    truth = [p if p.session != session or j <= victim else
+             Planned(p.topic, p.session, {**p.message, "rows": [r for r in p.message.get("rows", []) if r["id"] != row]})
+             for j, p in enumerate(messages)]
+    truth[victim] = Planned(topic, session, {**messages[victim].message, "rows": [{"id": row, "op": "delete"}]})
+    out = list(truth)
+    out[victim] = Planned(topic, session, {**messages[victim].message, "rows": []})
+    out[at] = sensor_snapshot(truth, at)
+    return out, out[at]
 
 
 def test_a_replay_from_named_partitions_reads_those_alone_and_from_last_snapshot_only_matching_topics(

@@ -40,7 +40,8 @@ final class EngineSettings implements Serializable {
   final Map<String, List<Loss>> losses = new HashMap<>();
   final String chainKey;
   /** By "topic\0session\0seq": the digest a replay's snapshot links to. */
-  final Map<String, String> chainSeeds = new HashMap<>();
+  /** A replay's seeds: topic, session and seq of a snapshot the tables hold -> its chain_prev and chain_digest there. */
+  final Map<String, String[]> chainSeeds = new HashMap<>();
   final String stateDdl;
   final String recordsDdl;
   /** How the parse stage reads a time: its grammar, and the range of epoch microseconds it carries. */
@@ -78,7 +79,7 @@ final class EngineSettings implements Serializable {
     chainKey = root.get("chain_key").isNull() ? null : root.get("chain_key").asText();
     for (JsonNode seed : root.get("chain_seeds")) {
       chainSeeds.put(seed.get(0).asText() + "\u0000" + seed.get(1).asText() + "\u0000" + seed.get(2).asLong(),
-                     seed.get(3).asText());
+                     new String[] {seed.get(3).asText(), seed.get(4).asText()});
     }
     stateDdl = root.get("state_ddl").asText();
     recordsDdl = root.get("records_ddl").asText();

@@ -79,25 +79,41 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
       return emitted.iterator();
     }
     String known = SessionTable.head(blob);
-    String prev = known;
     List<Change> changes = result.changes;
-    if (prev == null) {
-      prev = Chain.START;
-      if (!cfg.chainSeeds.isEmpty() && !changes.isEmpty() && changes.get(0).message.is("snapshot")) {
-        Message first = changes.get(0).message;
-        prev = cfg.chainSeeds.getOrDefault(topic + "\u0000" + session + "\u0000" + first.seq, Chain.START);
-      }
-    }
     String[] prevs = new String[changes.size()], digests = new String[changes.size()];
-    String head = chain.digest(topic, session, changes, prev, prevs, digests);
+    String[] seed = known == null && !cfg.chainSeeds.isEmpty() && now.firstSeq != null
+        ? cfg.chainSeeds.get(topic + "\u0000" + session + "\u0000" + now.firstSeq) : null;
+    String head;
+    if (seed == null) {
+      head = chain.digest(topic, session, changes, known == null ? Chain.START : known, prevs, digests);
+    } else {
+      // A replay started the session at a snapshot the tables hold: its rows take the tables' digests.
+      int k = 0;
+      while (k < changes.size() && now.firstSeq.equals(changes.get(k).message.seq)) {
+        prevs[k] = seed[0];
+        digests[k] = seed[1];
+        k++;
+      }
+      List<Change> rest = changes.subList(k, changes.size());
+      String[] restPrevs = new String[rest.size()], restDigests = new String[rest.size()];
+      head = chain.digest(topic, session, rest, seed[1], restPrevs, restDigests);
+      System.arraycopy(restPrevs, 0, prevs, k, rest.size());
+      System.arraycopy(restDigests, 0, digests, k, rest.size());
+    }
     head = Chain.START.equals(head) ? null : head;
     state.update(now.toRow(fields, SessionTable.dump(now.table, cfg.names, cfg.types, head)));
     armTimeout(state, now.status, true);
     List<Change> back = previous != null && previous.is(SessionState.TIMED_OUT) && now.is(SessionState.OPEN)
         ? rowsBack(changes, now, previous) : Collections.emptyList();
     emitted.addAll(out.changes(topic, session, changes, prevs, digests, back));
-    emitted.add(out.session(topic, session, now, now.status, now.table.size(), head));
+    emitted.add(sessionRecord(topic, session, now, now.status, now.table.size(), head));
     return emitted.iterator();
+  }
+
+  /** A session record, with its row's seal (the Python engine's {@code core.seal}). */
+  private Row sessionRecord(String topic, String session, SessionState st, String status, long rowCount, String head) {
+    String seal = chain.seal(topic, session, st.partition, status, st.firstSeq, st.lastSeq, st.lastOffset, rowCount, head);
+    return out.session(topic, session, st, status, rowCount, head, seal);
   }
 
   /** The session table's rows the batch did not change, as upserts carrying the session's last
@@ -143,7 +159,7 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
       state.update(SessionState.with(row, fields, fields.status, SessionState.QUARANTINED));
       state.setTimeoutDuration(cfg.retentionMs);
       emitted.add(out.violation(Records.RECORDED, topic, session, lost));
-      emitted.add(out.session(topic, session, previous, SessionState.QUARANTINED, rowCount, SessionTable.head(blob)));
+      emitted.add(sessionRecord(topic, session, previous, SessionState.QUARANTINED, rowCount, SessionTable.head(blob)));
       return emitted;
     }
     if (previous.is(SessionState.OPEN)) {
@@ -156,7 +172,7 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
     }
     state.setTimeoutDuration(Math.max(1, cfg.retentionMs - cfg.timeoutMs));
     if (previous.is(SessionState.OPEN)) {
-      emitted.add(out.session(topic, session, previous, SessionState.TIMED_OUT, rowCount, SessionTable.head(blob)));
+      emitted.add(sessionRecord(topic, session, previous, SessionState.TIMED_OUT, rowCount, SessionTable.head(blob)));
     }
     return emitted;
   }
@@ -242,7 +258,7 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
     }
 
     /** The session record: its coordinates, and its fields as the JSON {@code SESSION_INFO_DDL} reads. */
-    Row session(String t, String s, SessionState st, String status, long rowCount, String head) {
+    Row session(String t, String s, SessionState st, String status, long rowCount, String head, String seal) {
       Object[] r = new Object[width];
       r[record] = SESSION;
       r[topic] = t;
@@ -265,6 +281,12 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
         j.append("null");
       } else {
         Text.jsonString(j, head);
+      }
+      j.append(", \"chain_seal\": ");
+      if (seal == null) {
+        j.append("null");
+      } else {
+        Text.jsonString(j, seal);
       }
       r[info] = j.append('}').toString();
       return RowFactory.create(r);
