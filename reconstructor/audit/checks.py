@@ -41,6 +41,7 @@ import pandas as pd
 from reconstructor.audit.chain_check import ChainCheck, row_kinds
 from reconstructor.audit.fold import ChangeFold, as_arrow, same_value
 from reconstructor.core.chain import NO_KEY, ChainKey
+from reconstructor.audit.seal_check import SealCheck
 from reconstructor.audit.seq_runs import SeqRuns
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.violations import printable, quoted
@@ -85,6 +86,7 @@ class Summary:
     chained_messages: int = 0  # messages whose digest was recomputed and linked
     chains: int = 0
     chain_scheme: str = ""
+    sealed_sessions: int | None = None  # sessions whose row's seal was checked; None: the output is not sealed
 
     def lines(self, output: str, seconds: float) -> list[str]:
         rate = self.change_rows / seconds if seconds > 0 else float(self.change_rows)
@@ -99,6 +101,8 @@ class Summary:
             f"{self.rowless_seqs:,} with no trace (a message that changed no row, or one lost before a resync)",
             f"  hash chain: {_count(self.chained_messages, 'message')} recomputed ({self.chain_scheme}) and linked "
             f"in {_count(self.chains, 'chain')}",
+            f"  seals: {_count(self.sealed_sessions, 'session row')} sealed with the key" if self.sealed_sessions
+            is not None else "  seals: none (the output is not sealed: no keyed run of a sealing release wrote it)",
             f"  took {seconds:.1f}s, {rate:,.0f} change rows/s",
         ]
 
@@ -131,7 +135,7 @@ class Verification:
     """The checks over one output's tables (``topics``: an anchored regex, or None for all)."""
 
     def __init__(self, sessions, violations, names: list[str], topics: str | None = None,
-                 chain_key: ChainKey = NO_KEY):
+                 chain_key: ChainKey = NO_KEY, sessions_properties: dict[str, str] | None = None):
         self._topics = re.compile(topics) if topics else None
         self.names = list(names)
         self._chain_key = chain_key
@@ -141,13 +145,15 @@ class Verification:
         self.summary = Summary()
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._twice: tuple | None = None  # a session with two rows in sessions (``finish`` names it)
-        for r in self._rows(sessions):
+        rows = self._rows(sessions)
+        for r in rows:
             if (r["topic"], r["session"]) in self._sessions and self._twice is None:
                 self._twice = (r["topic"], r["session"], r["last_seq"])
             self._heads[(r["topic"], r["session"])] = r.get("chain_head")
             self._sessions[(r["topic"], r["session"])] = _Session(
                 r["partition"], r["status"], r["first_seq"], r["last_seq"], r["last_offset"], r["row_count"] or 0)
             self.summary.sessions[r["status"]] = self.summary.sessions.get(r["status"], 0) + 1
+        self._seals = SealCheck(rows, chain_key, sessions_properties)
         self._violations = self._rows(violations)
         self.summary.violations = len(self._violations)
         # Sessions with a violation row that quarantined them (``_check_quarantine``).
@@ -230,6 +236,7 @@ class Verification:
             if self._twice is not None:
                 raise Found(Discrepancy(SESSIONS, "the session has 2 rows; one per session", *self._twice))
             self._check_chains()  # first: it names what was removed or altered, the others what differs
+            self._check_seals()
             self._check_sessions()
             self._check_current_rows(current_rows)
             self._check_quarantine()
@@ -266,6 +273,12 @@ class Verification:
             raise Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
         self.summary.chained_messages, self.summary.chains = chain.messages, chain.chains()
         self.summary.chain_scheme = self._chain_key.scheme
+
+    def _check_seals(self) -> None:
+        broken = self._seals.check()
+        if broken is not None:
+            raise Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
+        self.summary.sealed_sessions = self._seals.checked if self._seals.sealed else None
 
     def _check_current_rows(self, current_rows) -> None:
         live: dict = defaultdict(dict)

@@ -66,6 +66,10 @@ class OutputTables:
         query = QueryBuilder().register("t", self.table(name))
         return plain_strings(pa.table(query.execute(f"SELECT * FROM t {where}")))
 
+    def properties(self, name: str) -> dict[str, str]:
+        """The table's properties (its metadata's configuration)."""
+        return dict(self.table(name).metadata().configuration)
+
     def columns(self, name: str) -> list[str]:
         return [f.name for f in self.table(name).schema().fields]
 

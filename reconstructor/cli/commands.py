@@ -362,7 +362,8 @@ def verify(args) -> int:
     started = time.monotonic()
     tables = OutputTables(cfg.output, cfg.s3)
     check = Verification(tables.read(SESSIONS), tables.read(VIOLATIONS),
-                         row_columns(tables.columns(ROW_CHANGES)), topics, chain_key=ChainKey(cfg.chain_key))
+                         row_columns(tables.columns(ROW_CHANGES)), topics, chain_key=ChainKey(cfg.chain_key),
+                         sessions_properties=tables.properties(SESSIONS))
     for hour in tables.hours(ROW_CHANGES):
         found = check.add_changes(hour)
         if found is not None:

@@ -62,6 +62,7 @@ COLUMN_COMMENTS: dict[str, dict[str, str]] = {
         "last_event_ts": "ts of the last message applied (UTC)",
         "updated_at": "when the row was last written",
         "chain_head": "hash-chain digest of the session's last message with rows",
+        "chain_seal": "HMAC of the session's row with the chain key (null without a key)",
         "resync_requested_at": "when the session's sensor was last asked for a snapshot (--resync-topic)",
     },
     VIOLATIONS: {

@@ -111,8 +111,10 @@ SESSION_FIELDS = tuple(sorted((f for f in STATE_FIELDS if f.name != "table"), ke
 #: too): nine session columns would be nulls on every change row, paid for in pandas, in Arrow and
 #: in the micro-batch cache.  The partition is a column of every record already.
 SESSION_INFO_FIELDS = tuple(f for f in SESSION_FIELDS if f.name != "partition")
-#: ``chain_head`` travels with them: it is kept in the state blob's metadata, not as a state field.
-SESSION_INFO_DDL = ", ".join([*(f"{f.name} {f.state_type}" for f in SESSION_INFO_FIELDS), "chain_head STRING"])
+#: ``chain_head`` travels with them: it is kept in the state blob's metadata, not as a state field;
+#: ``chain_seal`` too: it is made from the others (``core.seal``).
+SESSION_INFO_DDL = ", ".join([*(f"{f.name} {f.state_type}" for f in SESSION_INFO_FIELDS), "chain_head STRING",
+                              "chain_seal STRING"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,6 +148,10 @@ CURRENT_ROWS_FIELDS = (
     ("updated_at", "TIMESTAMP"),
 )
 
+#: The ``sessions`` table property a keyed run sets once it has sealed every row (``core.seal``):
+#: from then on every row must carry a seal.
+SEALED_PROPERTY = "reconstructor.sealed"
+
 #: The ``sessions`` column that only the resync requests write.
 RESYNC_REQUESTED_AT = "resync_requested_at"
 
@@ -154,6 +160,7 @@ SESSIONS_FIELDS = (
     *[(f.column, f.column_type) for f in SESSION_FIELDS],
     ("updated_at", "TIMESTAMP"),
     ("chain_head", "STRING"),  # the digest of the session's last message with rows (``core.chain``)
+    ("chain_seal", "STRING"),  # the row's HMAC with the chain's key (``core.seal``); null without a key
     # When the session's sensor was last asked for a snapshot (``--resync-topic``; ``core.resync``).
     (RESYNC_REQUESTED_AT, "TIMESTAMP"),
 )

@@ -27,10 +27,20 @@ from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 from reconstructor.spark.evolution import evolve_tables
+from reconstructor.spark.seal_rows import seal_sessions
+from reconstructor.core.chain import ChainKey
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.sinks.resync import ResyncRequests
 from reconstructor.spark.source import kafka_stream
 from reconstructor.spark.engines import parse_for, reconstruct_with, record_engine, refuse_other_engine
+
+
+def _seal_existing_rows(spark: SparkSession, cfg: Settings) -> None:
+    """A keyed output's ``sessions`` rows from before it was sealed take their seals, once."""
+    if cfg.chain_key:
+        sealed = seal_sessions(spark, cfg.output, ChainKey(cfg.chain_key))
+        if sealed:
+            logging.getLogger(__name__).info("sealed %d sessions rows written before the output was sealed", sealed)
 
 
 def _ms(duration: dt.timedelta) -> int:
@@ -215,6 +225,7 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     refuse_other_engine(spark, checkpoint, cfg.engine)
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
     evolve_tables(spark, cfg.output, schema)
+    _seal_existing_rows(spark, cfg)
     sinks.start_creating_tables()
     if cfg.catalog:  # the names need the tables: created (or found) first
         sinks.await_tables()

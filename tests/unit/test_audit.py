@@ -15,12 +15,15 @@ from deltalake import write_deltalake
 from hypothesis import strategies as st
 
 from reconstructor.audit.checks import Discrepancy, Verification
+from reconstructor.contract.tables import SEALED_PROPERTY
+from reconstructor.errors import UsageError
 from reconstructor.audit.delta_tables import delta_uri, storage_options
 from reconstructor.audit.fold import ChangeFold, changes_up_to, row_columns
 from reconstructor.audit.seq_runs import SeqRuns
 from reconstructor.settings import S3Settings
 from reconstructor.core.batch import process_batch
-from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, chain_messages
+from reconstructor.core.seal import session_seal
+from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, ChainSeed, chain_messages, chain_session
 from tests.support.model import SCHEMA, Model, Msg, normalise_values, to_frame
 from tests.support.strategies import batches_of, valid_session
 
@@ -49,6 +52,7 @@ def core_output(batches: list[list[Msg]], key: ChainKey = NO_KEY):
                               "status": state.status.value, "first_seq": state.first_seq,
                               "last_seq": state.last_seq, "last_offset": state.last_offset,
                               "row_count": state.row_count, "chain_head": head or None}])
+    sessions["chain_seal"] = [session_seal(key, r) for r in sessions.astype(object).to_dict("records")]
     live = state.table.reset_index() if state.status.value == "open" else state.table.reset_index().iloc[:0]
     ordered = changes.sort_values(["offset", "row_pos"], kind="stable")
     last = ordered.drop_duplicates("row_id", keep="last").set_index("row_id")  # each row's last change
@@ -157,7 +161,8 @@ def tables():
     """Tables written before the hash chain existed: each corruption below is found by the check
     it is about, not by the chain, which would name it first."""
     changes, sessions, current = core_output([session_msgs()[:3], session_msgs()[3:]])
-    return changes.drop(columns=["chain_prev", "chain_digest"]), sessions.drop(columns=["chain_head"]), current
+    return (changes.drop(columns=["chain_prev", "chain_digest"]), sessions.drop(columns=["chain_head", "chain_seal"]),
+            current)
 
 
 def test_asof_a_session_with_no_change_is_an_empty_table():
@@ -388,3 +393,71 @@ def verify_keyed(changes, sessions, current, key: ChainKey):
     check = Verification(sessions, no_violations(), NAMES, chain_key=key)
     found = check.add_changes(changes)
     return (found if found is not None else check.finish(current)), check
+
+
+def test_a_replay_from_a_snapshot_that_dropped_rows_links_into_the_live_chain():
+    """The live run's snapshot drops a row (a ``row_pos = -1`` delete in its digest); a replay that
+    starts the session there, into an empty table, makes no such delete, so it takes the tables'
+    digests of that snapshot (its seed) and its later messages get the live run's digests."""
+    row = lambda rid, t: {"id": rid, "values": {"temperature": t}}  # noqa: E731
+    msgs = [Msg(seq=0, type="snapshot", rows=[row("a", 1.0), row("b", 2.0)], offset=10),
+            Msg(seq=1, type="snapshot", rows=[row("a", 1.0)], offset=11),  # drops b
+            Msg(seq=2, type="update", rows=[row("a", 3.0)], offset=12)]
+    key = ChainKey("k")
+    live, _, _ = core_output([msgs], key)
+    snap = live[live["seq"] == 1].iloc[0]
+    replay = process_batch(TOPIC, SESSION, [to_frame(msgs[1:])], None, SCHEMA, await_snapshot=True)
+    seed = ChainSeed(snap["chain_prev"], snap["chain_digest"])
+    prevs, digests, head = chain_session(TOPIC, SESSION, replay.columns, None, seed, 1, ROW_TYPES, key)
+    assert head == live["chain_digest"].iloc[-1]
+    seqs = list(replay.columns["seq"])
+    assert [d for q, d in zip(seqs, digests) if q == 1] == [snap["chain_digest"]]
+    assert list(digests[seqs.index(2):]) == list(live[live["seq"] == 2]["chain_digest"])
+    # Unseeded, the replay's own digest of the snapshot is another: what verify found linked to nothing.
+    _, own, _ = chain_session(TOPIC, SESSION, replay.columns, None, None, 1, ROW_TYPES, key)
+    assert own[0] != snap["chain_digest"]
+
+
+# -- the seals: with the key, a session's row cannot be moved, nor its chain nulled ----------------
+
+def keyed_tables():
+    return core_output([session_msgs()[:3], session_msgs()[3:]], ChainKey("k"))
+
+
+def test_sealed_tables_verify_with_the_key_and_need_it():
+    changes, sessions, current = keyed_tables()
+    assert sessions["chain_seal"][0].startswith("hmac-sha256:")
+    found, check = verify_keyed(changes, sessions, current, ChainKey("k"))
+    assert found is None, found.line()
+    assert check.summary.sealed_sessions == 1
+    found, _ = verify_keyed(changes, sessions, current, ChainKey("another"))
+    assert found is not None  # the chain's digests, first
+    with pytest.raises(UsageError):  # the seals alone need the key too
+        verify_keyed(changes.drop(columns=["chain_prev", "chain_digest"]), sessions.assign(chain_head=None),
+                     current, NO_KEY)
+
+
+def test_the_last_messages_deleted_and_the_head_moved_back_to_a_digest_left_is_named_by_the_seal():
+    changes, sessions, current = keyed_tables()
+    kept = changes[changes["seq"] < 5]  # seq 5, the last message with rows, deleted
+    sessions.loc[0, "chain_head"] = kept["chain_digest"].iloc[-1]  # a digest the run itself made
+    live = fold_of(kept)
+    current = current[current["row_id"].isin(live)].copy()  # refolded: r1 as it was at seq 1
+    current.loc[current["row_id"] == "r1", ["temperature", "seq", "offset"]] = [11.0, 1, 11]
+    found, _ = verify_keyed(kept, sessions, current, ChainKey("k"))
+    assert (found.table, found.session) == ("sessions", SESSION)
+    assert "does not give its seal" in found.detail
+
+
+def test_a_sessions_chain_nulled_with_its_seal_is_named_in_a_sealed_output():
+    changes, sessions, current = keyed_tables()
+    changes[["chain_prev", "chain_digest"]] = None  # the rows read as written before the chain
+    sessions.loc[0, "chain_head"] = None
+    found, _ = verify_keyed(changes, sessions, current, ChainKey("k"))
+    assert found is not None and "does not give its seal" in found.detail
+    sessions.loc[0, "chain_seal"] = None  # the seal nulled too: the output's property says it is sealed
+    check = Verification(sessions, no_violations(), NAMES, chain_key=ChainKey("k"),
+                         sessions_properties={SEALED_PROPERTY: "hmac-sha256"})
+    assert check.add_changes(changes) is None
+    found = check.finish(current)
+    assert found is not None and "has no seal, but the output is sealed" in found.detail

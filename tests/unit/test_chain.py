@@ -184,3 +184,21 @@ def test_a_chain_that_starts_at_an_update_or_ends_before_its_head_is_named():
     assert "not the one its rows give" in checked(logged().slice(1)).detail  # one of a message's rows gone
     found = checked(logged().slice(0, 3), head=logged()["chain_digest"][3].as_py())  # the last message gone
     assert found is not None and found.table == "sessions" and "lost their rows" in found.detail
+
+
+def test_a_sessions_seal_is_an_hmac_of_its_sealed_fields_as_rfc_8785_and_needs_a_key():
+    from reconstructor.core.seal import SEAL_DOMAIN, canonical_session, session_seal
+
+    row = {"topic": "t", "session": "s\u2713", "partition": 3, "status": "open", "first_seq": 0, "last_seq": 2**63 - 1,
+           "last_offset": 12, "row_count": 4, "chain_head": "hmac-sha256:ab", "updated_at": "not sealed"}
+    assert canonical_session(row) == (
+        '{"chain_head":"hmac-sha256:ab","first_seq":"0","last_offset":"12","last_seq":"9223372036854775807",'
+        '"partition":"3","row_count":"4","session":"s\u2713","status":"open","topic":"t"}').encode("utf-8")
+    assert canonical_session(row) == rfc8785.dumps({k: (v if isinstance(v, str) else str(v)) for k, v in row.items()
+                                                    if k != "updated_at"})
+    assert canonical_session({**row, "chain_head": None, "first_seq": None}).startswith(b'{"last_offset"')
+    import hmac as hmac_lib
+    expected = hmac_lib.new(b"k", SEAL_DOMAIN + canonical_session(row), hashlib.sha256).hexdigest()
+    assert session_seal(ChainKey("k"), row) == f"hmac-sha256:{expected}"
+    assert session_seal(ChainKey(None), row) is None
+    assert session_seal(ChainKey("k"), {**row, "last_seq": 2**63 - 2}) != session_seal(ChainKey("k"), row)

@@ -37,7 +37,7 @@ def test_the_tables_keep_their_columns_types_and_order():
         "topic STRING NOT NULL, session STRING NOT NULL, partition INT, status STRING NOT NULL, "
         "first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, snapshot_seq BIGINT, "
         "snapshot_offset BIGINT, row_count BIGINT, started_ts TIMESTAMP, last_event_ts TIMESTAMP, "
-        "updated_at TIMESTAMP, chain_head STRING, resync_requested_at TIMESTAMP")
+        "updated_at TIMESTAMP, chain_head STRING, chain_seal STRING, resync_requested_at TIMESTAMP")
     assert VIOLATIONS_DDL == (
         "topic STRING NOT NULL, partition INT, offset BIGINT, session STRING, kind STRING NOT NULL, "
         "expected_seq BIGINT, found_seq BIGINT, detail STRING, value STRING, detected_at TIMESTAMP")
@@ -47,7 +47,7 @@ def test_the_tables_keep_their_columns_types_and_order():
 def test_a_session_record_carries_the_sessions_fields_and_every_record_the_same_columns():
     assert SESSION_INFO_DDL == (
         "status STRING, first_seq BIGINT, last_seq BIGINT, last_offset BIGINT, snapshot_seq BIGINT, "
-        "snapshot_offset BIGINT, row_count BIGINT, started_us BIGINT, last_event_us BIGINT, chain_head STRING")
+        "snapshot_offset BIGINT, row_count BIGINT, started_us BIGINT, last_event_us BIGINT, chain_head STRING, chain_seal STRING")
     assert column_names(RECORD_FIELDS, SCHEMA) == [
         "record", "topic", "session", "partition", "offset", "seq", "type", "row_pos", "row_id", "op",
         "is_latest", "temperature", "seen_at", "event_ts", "kafka_ts", "chain_prev", "chain_digest", "info"]

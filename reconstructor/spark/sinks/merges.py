@@ -86,6 +86,7 @@ def _merge_sessions(txn: BatchTransactions, sessions: DataFrame) -> None:
     source = sessions.select(
         "topic", "session", *[_session_column(f) for f in SESSION_FIELDS],
         F.current_timestamp().alias("updated_at"), F.col(f"{SESSION_INFO}.chain_head").alias("chain_head"),
+        F.col(f"{SESSION_INFO}.chain_seal").alias("chain_seal"),
         F.lit(None).cast("timestamp").alias(RESYNC_REQUESTED_AT),
     )
     # The last request's time is the resync requests' own (``resync``): a session record keeps it.

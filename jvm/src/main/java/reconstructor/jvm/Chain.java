@@ -65,6 +65,64 @@ final class Chain implements java.io.Serializable {
     return prev;
   }
 
+  /** The first bytes of a session seal's HMAC input: no message digest's input starts so. */
+  static final byte[] SEAL_DOMAIN = "reconstructor.session-seal\n".getBytes(StandardCharsets.US_ASCII);
+
+  /** A session row's seal, as the Python engine's {@code core.seal.session_seal}: the HMAC of
+   * {@link #SEAL_DOMAIN} and the sealed fields as RFC 8785 JSON (integers as decimal strings, a
+   * null left out); null without a key. */
+  String seal(String topic, String session, Integer partition, String status, Long firstSeq, Long lastSeq,
+              Long lastOffset, long rowCount, String head) {
+    if (key == null) {
+      return null;
+    }
+    StringBuilder j = new StringBuilder(256).append('{');
+    if (head != null) {
+      j.append("\"chain_head\":");
+      Text.jsonString(j, head);
+      j.append(',');
+    }
+    member(j, "first_seq", firstSeq);
+    member(j, "last_offset", lastOffset);
+    member(j, "last_seq", lastSeq);
+    member(j, "partition", partition == null ? null : (long) partition);
+    member(j, "row_count", rowCount);
+    j.append("\"session\":");
+    Text.jsonString(j, session);
+    j.append(",\"status\":");
+    Text.jsonString(j, status);
+    j.append(",\"topic\":");
+    Text.jsonString(j, topic);
+    byte[] canonical = j.append('}').toString().getBytes(StandardCharsets.UTF_8);
+    byte[] domain = new byte[SEAL_DOMAIN.length + canonical.length];
+    System.arraycopy(SEAL_DOMAIN, 0, domain, 0, SEAL_DOMAIN.length);
+    System.arraycopy(canonical, 0, domain, SEAL_DOMAIN.length, canonical.length);
+    return hmacHex(domain);
+  }
+
+  private static void member(StringBuilder j, String name, Long value) {
+    if (value != null) {
+      j.append('"').append(name).append("\":\"").append(value.longValue()).append("\",");
+    }
+  }
+
+  private String hmacHex(byte[] data) {
+    try {
+      if (mac == null) {
+        mac = Mac.getInstance("HmacSHA256");
+        mac.init(new SecretKeySpec(key, "HmacSHA256"));
+      }
+      byte[] out = mac.doFinal(data);
+      StringBuilder hex = new StringBuilder("hmac-sha256:");
+      for (byte x : out) {
+        hex.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+      }
+      return hex.toString();
+    } catch (GeneralSecurityException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
   private String hash(String prev, byte[] canonical) {
     try {
       byte[] head = (prev + "\n").getBytes(StandardCharsets.US_ASCII);

@@ -1,0 +1,49 @@
+"""A session's row in ``sessions``, sealed with the chain's key.
+
+The keyed chain in ``row_changes`` proves each message and its link to the one before, back to
+where the chain starts.  It cannot prove where the chain ends: delete a session's last messages,
+move ``chain_head`` back to the last digest left (one the run itself made), refold
+``current_rows``, and every link still holds.  Nor can it stop anyone from nulling a session's
+digests and ``chain_head`` so that its rows read as written before the chain existed.  The seal
+is an HMAC over the session's row as the stateful step writes it (its position, status, row count
+and chain head), so moving any of them, or nulling the head, needs the key; a sealed output has
+every row sealed, so nulling the seal as well is a discrepancy too.
+
+``SEAL_DOMAIN`` starts the HMAC's input: a message's digest starts with the digest before it
+(``""`` or ``<scheme>:``) and a newline, so no message's input is a seal's.  The fields are RFC
+8785 (JCS) JSON, integers as decimal strings, a null left out (as ``core.chain``'s values).
+Without a key there is no seal: anyone could recompute a plain hash.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from reconstructor.core.chain import ChainKey, jcs_string
+
+__all__ = ["SEALED_FIELDS", "SEAL_DOMAIN", "session_seal"]
+
+SEAL_DOMAIN = b"reconstructor.session-seal\n"
+
+#: The ``sessions`` columns a seal covers, all of them the stateful step's: ``updated_at`` (the
+#: write's time) and ``resync_requested_at`` (the resync requests') are written by the sinks.
+SEALED_FIELDS = ("chain_head", "first_seq", "last_offset", "last_seq", "partition", "row_count", "session",
+                 "status", "topic")
+_TEXT = {"chain_head", "session", "status", "topic"}
+
+
+def canonical_session(row: Mapping) -> bytes:
+    """The sealed fields of a session's row as RFC 8785 JSON bytes (the names are ASCII, in order)."""
+    members = []
+    for name in SEALED_FIELDS:
+        value = row.get(name)
+        if value is None:
+            continue
+        text = jcs_string(str(value)) if name in _TEXT else f'"{int(value)}"'
+        members.append(f'"{name}":{text}')
+    return ("{" + ",".join(members) + "}").encode("utf-8")
+
+
+def session_seal(key: ChainKey, row: Mapping) -> str | None:
+    """The seal of a session's row (``SEALED_FIELDS`` from ``row``), or None without a key."""
+    return key.seal(SEAL_DOMAIN + canonical_session(row))
