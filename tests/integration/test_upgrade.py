@@ -22,7 +22,7 @@ from delta.tables import DeltaTable
 from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import STATS_COLUMNS, STATS_PROPERTY, TABLES
+from reconstructor.contract.tables import SEALED_PROPERTY, STATS_COLUMNS, STATS_PROPERTY, TABLES
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.pipeline import assert_exact, produce, read_table, run
@@ -30,7 +30,9 @@ from tests.support.pipeline import assert_exact, produce, read_table, run
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
 #: The last landed release: update it when a release lands.
-PREVIOUS_RELEASE = "7935ecc"
+PREVIOUS_RELEASE = "75a5617"
+#: Both releases run with a chain key: the previous one chained with it, this one seals from then on.
+KEY = "upgrade-chain-key"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -82,14 +84,15 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
     env = {**os.environ, "PYTHONPATH": str(old), "RECON_JARS_DIR": str(jars)}
     ran = subprocess.run([sys.executable, "-m", "reconstructor", "run", "--bootstrap-servers",
                           stack.bootstrap_servers(), "--topic-pattern", pattern, "--output", out,
-                          "--checkpoint", chk, "--compact-every", "off", "--engine", engine.value],
+                          "--checkpoint", chk, "--compact-every", "off", "--engine", engine.value, "--chain-key", KEY],
                          cwd=old, env=env, capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert read_table(spark, out, "row_changes").count() > 0
 
     produce(spec, messages[half:], partitions=2, create=False)
     catalog = f"up{engine.value}{run_id}"
-    run(spark, pattern, out, chk, engine=engine, catalog=catalog)
+    unsealed = read_table(spark, out, "sessions").count()
+    run(spark, pattern, out, chk, engine=engine, catalog=catalog, chain_key=KEY)
     assert_exact(spark, out, messages, NAMES)
     # The tables the previous release created take the contract's comments and their names.
     for name in TABLES:
@@ -103,8 +106,13 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
         assert properties.get(STATS_PROPERTY) == ",".join(columns), (name, properties)
     longs = {r.reading_count for r in read_table(spark, out, "row_changes").collect()}
     assert 2**63 - 1 in longs and None in longs
-    # Each session's chain runs on across the two releases and verifies.
-    verified = subprocess.run([sys.executable, "-m", "reconstructor", "verify", "--output", out],
+    # Each session's chain runs on across the two releases and verifies; the rows are sealed from
+    # the upgrade on, those the previous release wrote included.
+    assert unsealed > 0
+    assert read_table(spark, out, "sessions").where("chain_seal IS NULL").count() == 0
+    assert DeltaTable.forPath(spark, f"{out}/sessions").detail().collect()[0].properties.get(SEALED_PROPERTY)
+    verified = subprocess.run([sys.executable, "-m", "reconstructor", "verify", "--output", out, "--chain-key", KEY],
                               capture_output=True, text=True, timeout=600)
     assert verified.returncode == 0, verified.stderr[-3000:]
     assert " in 4 chains" in verified.stdout, verified.stdout
+    assert "seals: 4 session rows sealed with the key" in verified.stdout, verified.stdout

@@ -171,6 +171,66 @@ def test_the_last_message_of_a_session_deleted_is_named_by_its_chain_head(fleet,
     assert ": chain_head is hmac-sha256:" in line and "messages after it lost their rows" in line, line
 
 
+def _open_session_tail(out: Path, victim: str):
+    """An open session's messages with rows, by offset, as row_changes holds them."""
+    changes = _changes(out)
+    sessions = DeltaTable(str(out / "sessions")).to_pandas()
+    session = sessions[(sessions["status"] == "open") & (sessions["session"] != victim)].iloc[0]
+    return session, changes[changes["session"] == session.session].drop_duplicates("offset")
+
+
+def test_the_last_messages_deleted_and_the_head_moved_back_to_a_digest_the_run_made_is_named_by_the_seal(
+        fleet, tmp_path):
+    """A careful truncation: every link left holds and chain_head names the last message left, so
+    only the seal of the session's row tells."""
+    out = copy_of(fleet, tmp_path)
+    session, messages = _open_session_tail(out, fleet["victim"])
+    kept = messages.iloc[-3]
+    _editable(out).delete(f"session = '{session.session}' AND \"offset\" > {kept.offset}")
+    DeltaTable(str(out / "sessions")).update(predicate=f"session = '{session.session}'",
+                                             new_values={"chain_head": f"'{kept.chain_digest}'"})
+    line = failed_line(verify(out))
+    assert line == (f"reconstructor: VERIFY FAILED sessions topic={session.topic} session={session.session} "
+                    f"seq={session.last_seq}: the session's row does not give its seal: its status, seqs, offsets, "
+                    "row count or chain_head were altered (or the key is not the chain's)"), line
+
+
+def test_a_sessions_chain_nulled_and_its_values_changed_is_named_by_the_seal(fleet, tmp_path):
+    """Nulling chain_prev, chain_digest and chain_head made the rows read as written before the
+    chain; the head is sealed, and a seal nulled as well leaves a row unsealed in a sealed output."""
+    out = copy_of(fleet, tmp_path)
+    session, _ = _open_session_tail(out, fleet["victim"])
+    where = f"session = '{session.session}'"
+    _editable(out).update(predicate=where, new_values={"chain_prev": "NULL", "chain_digest": "NULL",
+                                                       "temperature": "-999.0"})
+    DeltaTable(str(out / "current_rows")).update(predicate=where, new_values={"temperature": "-999.0"})
+    sessions = DeltaTable(str(out / "sessions"))
+    sessions.update(predicate=where, new_values={"chain_head": "NULL"})
+    assert "does not give its seal" in failed_line(verify(out))
+    sessions.update(predicate=where, new_values={"chain_seal": "NULL"})
+    line = failed_line(verify(out))
+    assert line == (f"reconstructor: VERIFY FAILED sessions topic={session.topic} session={session.session} "
+                    f"seq={session.last_seq}: the session's row has no seal, but the output is sealed: its seal "
+                    "was removed"), line
+
+
+def test_a_null_double_replaced_by_nan_is_named(fleet, tmp_path):
+    out = copy_of(fleet, tmp_path)
+    change = last_upsert(out)
+    where = f"session = '{change.session}' AND row_id = '{change.row_id}'"
+    _editable(out).update(predicate=where, new_values={"temperature": "'NaN'::double"})
+    DeltaTable(str(out / "current_rows")).update(predicate=where, new_values={"temperature": "'NaN'::double"})
+    line = failed_line(verify(out))
+    assert line.startswith(f"reconstructor: VERIFY FAILED row_changes topic={change.topic} session={change.session} "), line
+    assert "temperature is NaN in the change at offset" in line and "a value the pipeline never writes" in line, line
+
+
+def test_the_run_seals_every_session_row(fleet):
+    sessions = DeltaTable(str(fleet["out"] / "sessions")).to_pandas()
+    assert sessions["chain_seal"].str.startswith("hmac-sha256:").all()
+    assert "seals: 4 session rows sealed with the key" in verify(fleet["out"]).stdout
+
+
 def test_a_keyed_chain_needs_its_key(fleet):
     without = verify(fleet["out"], key=None)
     assert without.returncode == 2, without.stderr
