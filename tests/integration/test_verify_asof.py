@@ -188,7 +188,7 @@ def test_the_last_messages_deleted_and_the_head_moved_back_to_a_digest_the_run_m
     kept = messages.iloc[-3]
     _editable(out).delete(f"session = '{session.session}' AND \"offset\" > {kept.offset}")
     DeltaTable(str(out / "sessions")).update(predicate=f"session = '{session.session}'",
-                                             new_values={"chain_head": f"'{kept.chain_digest}'"})
+                                             new_values={"chain_head": kept.chain_digest})
     line = failed_line(verify(out))
     assert line == (f"reconstructor: VERIFY FAILED sessions topic={session.topic} session={session.session} "
                     f"seq={session.last_seq}: the session's row does not give its seal: its status, seqs, offsets, "
@@ -201,13 +201,13 @@ def test_a_sessions_chain_nulled_and_its_values_changed_is_named_by_the_seal(fle
     out = copy_of(fleet, tmp_path)
     session, _ = _open_session_tail(out, fleet["victim"])
     where = f"session = '{session.session}'"
-    _editable(out).update(predicate=where, new_values={"chain_prev": "NULL", "chain_digest": "NULL",
-                                                       "temperature": "-999.0"})
+    _editable(out).update(predicate=where, updates={"chain_prev": "NULL", "chain_digest": "NULL",
+                                                    "temperature": "-999.0"})
     DeltaTable(str(out / "current_rows")).update(predicate=where, new_values={"temperature": "-999.0"})
     sessions = DeltaTable(str(out / "sessions"))
-    sessions.update(predicate=where, new_values={"chain_head": "NULL"})
+    sessions.update(predicate=where, updates={"chain_head": "NULL"})
     assert "does not give its seal" in failed_line(verify(out))
-    sessions.update(predicate=where, new_values={"chain_seal": "NULL"})
+    sessions.update(predicate=where, updates={"chain_seal": "NULL"})
     line = failed_line(verify(out))
     assert line == (f"reconstructor: VERIFY FAILED sessions topic={session.topic} session={session.session} "
                     f"seq={session.last_seq}: the session's row has no seal, but the output is sealed: its seal "
@@ -218,8 +218,8 @@ def test_a_null_double_replaced_by_nan_is_named(fleet, tmp_path):
     out = copy_of(fleet, tmp_path)
     change = last_upsert(out)
     where = f"session = '{change.session}' AND row_id = '{change.row_id}'"
-    _editable(out).update(predicate=where, new_values={"temperature": "'NaN'::double"})
-    DeltaTable(str(out / "current_rows")).update(predicate=where, new_values={"temperature": "'NaN'::double"})
+    _editable(out).update(predicate=where, updates={"temperature": "CAST('NaN' AS DOUBLE)"})
+    DeltaTable(str(out / "current_rows")).update(predicate=where, updates={"temperature": "CAST('NaN' AS DOUBLE)"})
     line = failed_line(verify(out))
     assert line.startswith(f"reconstructor: VERIFY FAILED row_changes topic={change.topic} session={change.session} "), line
     assert "temperature is NaN in the change at offset" in line and "a value the pipeline never writes" in line, line
