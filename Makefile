@@ -20,7 +20,7 @@ help:
 	@echo "                       (on TEST_WORKERS=2 pytest workers; TEST_WORKERS=1 for one process)"
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
-	@echo "make fuzz              the fuzz suite and the engines' differential test on a new seed (FUZZ_EXAMPLES=40)"
+	@echo "make fuzz              the fuzz suite, the engines' differential test and verify's property test on a new seed (FUZZ_EXAMPLES=40)"
 	@echo "make bench             end-to-end benchmarks (reconstructor vs stateless limit vs peer, state scaling)"
 	@echo "                       -> bench-results.json; BENCH_ARGS='throughput --updates 500' to narrow"
 	@echo "make bench-fleet       fleet capacity: a live fleet of N sessions, 1 update/s each, read under a"
@@ -91,7 +91,7 @@ FUZZ_EXAMPLES ?= 40
 
 fuzz: jars
 	@$(STACK) up
-	@rc=0; RECON_FUZZ_SEED=random RECON_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VPY) -m pytest tests/integration/test_fuzz.py tests/integration/test_engine_differential.py $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+	@rc=0; RECON_FUZZ_SEED=random RECON_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VPY) -m pytest tests/integration/test_fuzz.py tests/integration/test_engine_differential.py tests/integration/test_verify_property.py $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 bench: jars
 	@$(STACK) up
