@@ -60,7 +60,7 @@ def test_one_frame_per_group_change_rows_then_the_session_row_in_the_change_rows
     assert json.loads(session["info"]) == {
         "status": "open", "first_seq": 0, "last_seq": 2, "last_offset": 2, "snapshot_seq": 0,
         "snapshot_offset": 0, "row_count": 1, "started_us": 1795255200000000,
-        "last_event_us": 1795255202000000, "chain_head": out["chain_digest"][1]}
+        "last_event_us": 1795255202000000, "chain_head": out["chain_digest"][1], "chain_seal": None}
     # The head is kept with the state, and the next batch continues from it.
     more = call(fn, [typed(to_frame([Msg(3, "update", offset=3, rows=[{"id": "a", "values": {"temperature": 3.0}}])]))],
                 _group_state(tuple(gs.get)))
