@@ -48,7 +48,6 @@ SHA256, HMAC_SHA256 = "sha256", "hmac-sha256"
 
 #: A string as RFC 8785 (JCS) writes it: quoted, ", \\ and control characters escaped.
 jcs_string = json.encoder.encode_basestring
-_encode_string = jcs_string
 
 
 class ChainKey:
@@ -72,9 +71,7 @@ class ChainKey:
 
     def digest(self, prev: str, canonical: bytes) -> str:
         data = prev.encode("ascii") + b"\n" + canonical
-        if not self._secret:
-            return f"{SHA256}:{hashlib.sha256(data).hexdigest()}"
-        return f"{HMAC_SHA256}:{hmac.new(self._secret, data, hashlib.sha256).hexdigest()}"
+        return self.seal(data) or f"{SHA256}:{hashlib.sha256(data).hexdigest()}"
 
 
 NO_KEY = ChainKey(None)
@@ -119,7 +116,7 @@ def _null(value) -> bool:
 
 
 def _string(value) -> str | None:
-    return None if _null(value) else _encode_string(str(value))
+    return None if _null(value) else jcs_string(str(value))
 
 
 def _long(value) -> str | None:
@@ -164,7 +161,7 @@ def _micros(ts: pd.Timestamp) -> int:
 def _value_encoders(columns: tuple[tuple[str, str], ...]) -> tuple:
     """Per row column, in JCS member order (UTF-16 code units): its name, ``"name":`` and encoder."""
     ordered = sorted(columns, key=lambda c: c[0].encode("utf-16-be"))
-    return tuple((name, _encode_string(name) + ":", _ENCODE[kind]) for name, kind in ordered)
+    return tuple((name, jcs_string(name) + ":", _ENCODE[kind]) for name, kind in ordered)
 
 
 def canonical_message(topic: str, session: str, message: Mapping, changes: Sequence[Mapping],
@@ -180,7 +177,7 @@ def canonical_message(topic: str, session: str, message: Mapping, changes: Seque
     for c in ordered:
         values = ",".join(prefix + text for name, prefix, encode in encoders
                           if (text := encode(c.get(name))) is not None)
-        rows.append(f'{{"op":{_encode_string(str(c["op"]))},"row_id":{_encode_string(str(c["row_id"]))},'
+        rows.append(f'{{"op":{jcs_string(str(c["op"]))},"row_id":{jcs_string(str(c["row_id"]))},'
                     f'"row_pos":"{int(c["row_pos"])}","values":{{{values}}}}}')
     members = [f'"changes":[{",".join(rows)}]']
     for name in ("event_ts", "kafka_ts"):
@@ -188,8 +185,8 @@ def canonical_message(topic: str, session: str, message: Mapping, changes: Seque
         if text is not None:
             members.append(f'"{name}":{text}')
     members += [f'"offset":"{int(message["offset"])}"', f'"partition":"{int(message["partition"])}"',
-                f'"seq":"{int(message["seq"])}"', f'"session":{_encode_string(session)}',
-                f'"topic":{_encode_string(topic)}', f'"type":{_encode_string(str(message["type"]))}']
+                f'"seq":"{int(message["seq"])}"', f'"session":{jcs_string(session)}',
+                f'"topic":{jcs_string(topic)}', f'"type":{jcs_string(str(message["type"]))}']
     return ("{" + ",".join(members) + "}").encode("utf-8")
 
 
