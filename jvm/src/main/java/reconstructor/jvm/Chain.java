@@ -94,10 +94,13 @@ final class Chain implements java.io.Serializable {
     j.append(",\"topic\":");
     Text.jsonString(j, topic);
     byte[] canonical = j.append('}').toString().getBytes(StandardCharsets.UTF_8);
-    byte[] domain = new byte[SEAL_DOMAIN.length + canonical.length];
-    System.arraycopy(SEAL_DOMAIN, 0, domain, 0, SEAL_DOMAIN.length);
-    System.arraycopy(canonical, 0, domain, SEAL_DOMAIN.length, canonical.length);
-    return hmacHex(domain);
+    try {
+      Mac m = mac();
+      m.update(SEAL_DOMAIN);
+      return hex("hmac-sha256:", m.doFinal(canonical));  // and resets it, keeping the key
+    } catch (GeneralSecurityException e) {
+      throw new IllegalStateException(e);
+    }
   }
 
   private static void member(StringBuilder j, String name, Long value) {
@@ -106,21 +109,22 @@ final class Chain implements java.io.Serializable {
     }
   }
 
-  private String hmacHex(byte[] data) {
-    try {
-      if (mac == null) {
-        mac = Mac.getInstance("HmacSHA256");
-        mac.init(new SecretKeySpec(key, "HmacSHA256"));
-      }
-      byte[] out = mac.doFinal(data);
-      StringBuilder hex = new StringBuilder("hmac-sha256:");
-      for (byte x : out) {
-        hex.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
-      }
-      return hex.toString();
-    } catch (GeneralSecurityException e) {
-      throw new IllegalStateException(e);
+  /** The HMAC of the key, one per task, made on first use. */
+  private Mac mac() throws GeneralSecurityException {
+    if (mac == null) {
+      mac = Mac.getInstance("HmacSHA256");
+      mac.init(new SecretKeySpec(key, "HmacSHA256"));
     }
+    return mac;
+  }
+
+  /** {@code scheme} and the bytes in lower-case hex. */
+  private static String hex(String scheme, byte[] out) {
+    StringBuilder hex = new StringBuilder(scheme);
+    for (byte x : out) {
+      hex.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+    }
+    return hex.toString();
   }
 
   private String hash(String prev, byte[] canonical) {
@@ -134,18 +138,11 @@ final class Chain implements java.io.Serializable {
         sha.update(head);
         out = sha.digest(canonical);  // and resets it
       } else {
-        if (mac == null) {
-          mac = Mac.getInstance("HmacSHA256");
-          mac.init(new SecretKeySpec(key, "HmacSHA256"));
-        }
-        mac.update(head);
-        out = mac.doFinal(canonical);  // and resets it, keeping the key
+        Mac m = mac();
+        m.update(head);
+        out = m.doFinal(canonical);  // and resets it, keeping the key
       }
-      StringBuilder hex = new StringBuilder(key == null ? "sha256:" : "hmac-sha256:");
-      for (byte x : out) {
-        hex.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
-      }
-      return hex.toString();
+      return hex(key == null ? "sha256:" : "hmac-sha256:", out);
     } catch (GeneralSecurityException e) {
       throw new IllegalStateException(e);
     }

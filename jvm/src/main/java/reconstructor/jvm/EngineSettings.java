@@ -39,7 +39,6 @@ final class EngineSettings implements Serializable {
   /** By "topic\0partition", sorted by first offset lost. */
   final Map<String, List<Loss>> losses = new HashMap<>();
   final String chainKey;
-  /** By "topic\0session\0seq": the digest a replay's snapshot links to. */
   /** A replay's seeds: topic, session and seq of a snapshot the tables hold -> its chain_prev and chain_digest there. */
   final Map<String, String[]> chainSeeds = new HashMap<>();
   final String stateDdl;
