@@ -51,8 +51,8 @@ class ChainBreak:
 
     table: str
     detail: str
-    topic: str
-    session: str
+    topic: str | None  # None: a table as a whole (``fleet_check``)
+    session: str | None
     seq: int | None = None
 
 

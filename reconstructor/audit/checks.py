@@ -40,9 +40,10 @@ import pandas as pd
 
 from reconstructor.audit.chain_check import ChainCheck, row_kinds
 from reconstructor.audit.fold import ChangeFold, as_arrow, same_value
-from reconstructor.core.chain import NO_KEY, ChainKey
+from reconstructor.audit.fleet_check import FleetCheck
 from reconstructor.audit.seal_check import SealCheck
 from reconstructor.audit.seq_runs import SeqRuns
+from reconstructor.core.chain import HMAC_SHA256, NO_KEY, ChainKey
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.violations import printable, quoted
 from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
@@ -87,6 +88,7 @@ class Summary:
     chains: int = 0
     chain_scheme: str = ""
     sealed_sessions: int | None = None  # sessions whose row's seal was checked; None: the output is not sealed
+    fleet: str | None = None  # what the fleet seal held (``_check_fleet``); None: not checked (no key)
 
     def lines(self, output: str, seconds: float) -> list[str]:
         rate = self.change_rows / seconds if seconds > 0 else float(self.change_rows)
@@ -103,6 +105,7 @@ class Summary:
             f"in {_count(self.chains, 'chain')}",
             f"  seals: {_count(self.sealed_sessions, 'session row')} sealed with the key" if self.sealed_sessions
             is not None else "  seals: none (the output is not sealed: no keyed run of a sealing release wrote it)",
+            *([f"  fleet: {self.fleet}"] if self.fleet else []),
             f"  took {seconds:.1f}s, {rate:,.0f} change rows/s",
         ]
 
@@ -135,7 +138,8 @@ class Verification:
     """The checks over one output's tables (``topics``: an anchored regex, or None for all)."""
 
     def __init__(self, sessions, violations, names: list[str], topics: str | None = None,
-                 chain_key: ChainKey = NO_KEY, sessions_properties: dict[str, str] | None = None):
+                 chain_key: ChainKey = NO_KEY, sessions_properties: dict[str, str] | None = None,
+                 fleet: FleetCheck | None = None):
         self._topics = re.compile(topics) if topics else None
         self.names = list(names)
         self._chain_key = chain_key
@@ -154,6 +158,7 @@ class Verification:
                 r["partition"], r["status"], r["first_seq"], r["last_seq"], r["last_offset"], r["row_count"] or 0)
             self.summary.sessions[r["status"]] = self.summary.sessions.get(r["status"], 0) + 1
         self._seals = SealCheck(rows, chain_key, sessions_properties)
+        self._fleet = fleet
         self._violations = self._rows(violations)
         self.summary.violations = len(self._violations)
         # Sessions with a violation row that quarantined them (``_check_quarantine``).
@@ -237,6 +242,7 @@ class Verification:
                 raise Found(Discrepancy(SESSIONS, "the session has 2 rows; one per session", *self._twice))
             self._check_chains()  # first: it names what was removed or altered, the others what differs
             self._check_seals()
+            self._check_fleet()
             self._check_sessions()
             self._check_current_rows(current_rows)
             self._check_quarantine()
@@ -279,6 +285,17 @@ class Verification:
         if broken is not None:
             raise Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
         self.summary.sealed_sessions = self._seals.checked if self._seals.sealed else None
+
+    def _check_fleet(self) -> None:
+        if self._fleet is None or self._chain_key.scheme != HMAC_SHA256:
+            return
+        broken = self._fleet.check(self._seals.fleet_required)
+        if broken is not None:
+            raise Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
+        seal = self._fleet.seal
+        self.summary.fleet = ("none (no batch of a release that seals the fleet wrote the output)" if seal is None
+                              else f"{_count(seal.sessions.rows, 'session row')} and "
+                                   f"{_count(seal.violations.rows, 'violation row')} as the last batch sealed them")
 
     def _check_current_rows(self, current_rows) -> None:
         live: dict = defaultdict(dict)

@@ -354,6 +354,7 @@ def verify(args) -> int:
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
     from reconstructor.audit.checks import Verification
     from reconstructor.audit.delta_tables import OutputTables
+    from reconstructor.audit.fleet_check import FleetCheck
     from reconstructor.audit.fold import row_columns
     from reconstructor.core.chain import ChainKey
     from reconstructor.errors import DiscrepancyError
@@ -361,9 +362,12 @@ def verify(args) -> int:
 
     started = time.monotonic()
     tables = OutputTables(cfg.output, cfg.s3)
-    check = Verification(tables.read(SESSIONS), tables.read(VIOLATIONS),
-                         row_columns(tables.columns(ROW_CHANGES)), topics, chain_key=ChainKey(cfg.chain_key),
-                         sessions_properties=tables.properties(SESSIONS))
+    key = ChainKey(cfg.chain_key)
+    sessions, violations = tables.read(SESSIONS), tables.read(VIOLATIONS)
+    fleet = (FleetCheck(sessions.to_pylist(), violations.to_pylist(), tables.newest_fleet(SESSIONS),
+                        tables.newest_fleet(VIOLATIONS), key) if cfg.chain_key else None)
+    check = Verification(sessions, violations, row_columns(tables.columns(ROW_CHANGES)), topics, chain_key=key,
+                         sessions_properties=tables.properties(SESSIONS), fleet=fleet)
     for hour in tables.hours(ROW_CHANGES):
         found = check.add_changes(hour)
         if found is not None:

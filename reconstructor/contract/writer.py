@@ -20,6 +20,8 @@ REPLAYS_PROPERTY = "reconstructor.replays"
 REPLAYS_KEPT = 20
 #: The key of a batch's record in the ``userMetadata`` of each Delta commit it makes.
 BATCH_METADATA_KEY = "reconstructor"
+#: The key of a keyed batch's fleet seal (``core.fleet.FleetSeal``) beside it.
+FLEET_METADATA_KEY = "reconstructor.fleet"
 
 
 @dataclass(frozen=True)
@@ -104,15 +106,48 @@ def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> s
             f"`reconstructor replay` into them (it de-duplicates) or choose another --output")
 
 
-def batch_metadata(query_id: str, batch_id: int, end_offsets) -> str:
+def batch_metadata(query_id: str, batch_id: int, end_offsets, fleet: dict | None = None) -> str:
     """What each Delta commit of a batch records (its ``userMetadata``): the writer, the batch, and
     the Kafka offsets it read up to, so a takeover can be held to them in the same transaction as
-    the writes."""
+    the writes; and on a keyed output the batch's fleet seal (``FleetSeal.to_json``)."""
     offsets: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(end_offsets.items()):
         offsets.setdefault(topic, {})[str(partition)] = int(offset)
-    return json.dumps({BATCH_METADATA_KEY: {"query": query_id, "batch": batch_id, "offsets": offsets}},
-                      separators=(",", ":"))
+    record: dict = {BATCH_METADATA_KEY: {"query": query_id, "batch": batch_id, "offsets": offsets}}
+    if fleet is not None:
+        record[FLEET_METADATA_KEY] = fleet
+    return json.dumps(record, separators=(",", ":"))
+
+
+def stamp_metadata(fleet: dict) -> str:
+    """The ``userMetadata`` of a keyed start's commits that seal an output's fleet as it stands
+    (``seal_rows``): the seal alone, by no batch."""
+    return json.dumps({FLEET_METADATA_KEY: fleet}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class FleetRecord:
+    """A fleet seal as a commit recorded it: its fields as written (``FleetSeal.from_json`` reads
+    them), and the writer and batch beside it (None: written at a keyed start, by no batch)."""
+
+    fleet: dict
+    query: str | None
+    batch: int | None
+
+
+def fleet_in_metadata(text: str | None) -> FleetRecord | None:
+    """The fleet seal a commit's ``userMetadata`` records, else None."""
+    try:
+        record = json.loads(text) if text else None
+        fleet = record.get(FLEET_METADATA_KEY) if isinstance(record, dict) else None
+        if not isinstance(fleet, dict):
+            return None
+        batch = record.get(BATCH_METADATA_KEY)
+        batch = batch if isinstance(batch, dict) else {}
+        return FleetRecord(fleet, batch.get("query"),
+                           int(batch["batch"]) if isinstance(batch.get("batch"), int) else None)
+    except (ValueError, TypeError):
+        return None
 
 
 def offsets_in_metadata(text: str | None, query_id: str | None) -> dict[tuple[str, int], int] | None:

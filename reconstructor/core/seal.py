@@ -13,6 +13,12 @@ every row sealed, so nulling the seal as well is a discrepancy too.
 (``""`` or ``<scheme>:``) and a newline, so no message's input is a seal's.  The fields are RFC
 8785 (JCS) JSON, integers as decimal strings, a null left out (as ``core.chain``'s values).
 Without a key there is no seal: anyone could recompute a plain hash.
+
+The domain names its version.  A row sealed under ``SEAL_DOMAIN`` was written by a release that
+also seals the fleet (``core.fleet``), so an output holding one must hold a fleet seal too, and no
+one can pass such an output off as one written before fleet seals by removing them.  Rows an
+earlier release sealed (``SEAL_DOMAIN_V1``) are sealed again under ``SEAL_DOMAIN`` at the first
+keyed start of a release that seals the fleet.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ from typing import Mapping
 
 from reconstructor.core.chain import ChainKey, jcs_string
 
-__all__ = ["SEALED_FIELDS", "SEAL_DOMAIN", "session_seal"]
+__all__ = ["SEALED_FIELDS", "SEAL_DOMAIN", "SEAL_DOMAIN_V1", "seal_version", "session_seal"]
 
-SEAL_DOMAIN = b"reconstructor.session-seal\n"
+SEAL_DOMAIN = b"reconstructor.session-seal.v2\n"
+#: The domain of the seals written before the fleet seal existed.
+SEAL_DOMAIN_V1 = b"reconstructor.session-seal\n"
 
 #: The ``sessions`` columns a seal covers, all of them the stateful step's: ``updated_at`` (the
 #: write's time) and ``resync_requested_at`` (the resync requests') are written by the sinks.
@@ -44,6 +52,18 @@ def canonical_session(row: Mapping) -> bytes:
     return ("{" + ",".join(members) + "}").encode("utf-8")
 
 
-def session_seal(key: ChainKey, row: Mapping) -> str | None:
+def session_seal(key: ChainKey, row: Mapping, domain: bytes = SEAL_DOMAIN) -> str | None:
     """The seal of a session's row (``SEALED_FIELDS`` from ``row``), or None without a key."""
-    return key.seal(SEAL_DOMAIN + canonical_session(row))
+    return key.seal(domain + canonical_session(row))
+
+
+def seal_version(key: ChainKey, row: Mapping) -> int | None:
+    """2 when ``row``'s ``chain_seal`` is its seal under ``SEAL_DOMAIN``, 1 under ``SEAL_DOMAIN_V1``,
+    None when it is neither (or absent)."""
+    seal = row.get("chain_seal")
+    if seal is None:
+        return None
+    canonical = canonical_session(row)
+    if seal == key.seal(SEAL_DOMAIN + canonical):
+        return 2
+    return 1 if seal == key.seal(SEAL_DOMAIN_V1 + canonical) else None

@@ -217,6 +217,7 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
                        loss_check=KafkaLossCheck(spark, cfg.checkpoint, cfg.output, cfg.bootstrap_servers,
                                                  cfg.kafka),
                        loss_registry=registry, lease_check=lease_check,
+                       chain_key=ChainKey(cfg.chain_key) if cfg.chain_key else None,
                        resync=None if replay or not cfg.resync_topic else ResyncRequests(
                            spark, cfg.resync_topic, cfg.bootstrap_servers, cfg.resync_interval, dict(cfg.kafka)))
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.

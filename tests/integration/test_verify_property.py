@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, Phase, event, example, given, note, seed, se
 from hypothesis import strategies as st
 from pyspark.errors import StreamingQueryException
 
+from reconstructor.core.chain import ChainKey
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.violations import IntegrityViolation
 from reconstructor.settings import StatefulEngine
@@ -125,7 +126,8 @@ FAIL = IntegrityPolicy(OnViolation.FAIL, OnDrift.RECORD)
 #: The hand-made stream in quarantine mode (with a restart, a chain key and timeouts), and, in the
 #: large profile (CI's budget leaves it to the drawn streams), in fail mode, stopped at its GAP.
 HAND_MADE = [Stream(_hand_made(), {2}, QUARANTINE, CHAIN_KEY, TIMEOUT_MS, (
-    "sessions     5 (1 ended, 4 open)", "violations   4 rows", "seals: 5 session rows sealed"))]
+    "sessions     5 (1 ended, 4 open)", "violations   4 rows", "seals: 5 session rows sealed",
+    "fleet: 5 session rows and 4 violation rows as the last batch sealed them"))]
 if LARGE:
     HAND_MADE.append(Stream(_hand_made(), set(), FAIL, None, HOUR_MS, (
         "sessions     5 (5 open)", "violations   0 rows", "stopped on INTEGRITY VIOLATION GAP topic=fuzz-sensor "
@@ -148,7 +150,7 @@ def run(spark, engine: StatefulEngine, sc: Stream) -> tuple[str, IntegrityViolat
 
     def segment(inputs: str) -> bool:
         """One run from the checkpoint, its sinks wired in ``pipeline.start``'s order."""
-        sinks = DeltaSinks(spark, output, SCHEMA)
+        sinks = DeltaSinks(spark, output, SCHEMA, chain_key=ChainKey(sc.chain_key) if sc.chain_key else None)
         sinks.check_writer(checkpoint_state(spark, checkpoint))
         sinks.start_creating_tables()
         query = start_available_now(spark, reconstructed(spark, engine, sc, inputs), sinks.write_batch, checkpoint)

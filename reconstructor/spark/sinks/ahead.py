@@ -18,12 +18,19 @@ from reconstructor.spark.sinks.history import committed_offsets, recorded_offset
 from reconstructor.spark.sinks.records import SESSION_INFO
 
 
-def _history_point(side: str) -> str:
+#: The statuses in the order a session passes through them at one offset (open, then timed out,
+#: then quarantined; an end is applied at its own offset).
+_STATUS_ORDER = (SessionStatus.OPEN, SessionStatus.TIMED_OUT, SessionStatus.QUARANTINED, SessionStatus.ENDED)
+_RANK = {s.value: i for i, s in enumerate(_STATUS_ORDER)}
+
+#: Where a session record stands in its session's history: (last applied offset, status rank).
+HistoryPoint = tuple[int, "int | None"]
+
+
+def _history_point(side: str) -> tuple[str, str]:
     """Where a session record stands in its session's history, as a SQL pair: its last applied
-    offset (none yet: -1), then its status in the order a session passes through them at one
-    offset (open, then timed out, then quarantined; an end is applied at its own offset)."""
-    rank = " ".join(f"WHEN '{s.value}' THEN {i}" for i, s in enumerate(
-        (SessionStatus.OPEN, SessionStatus.TIMED_OUT, SessionStatus.QUARANTINED, SessionStatus.ENDED)))
+    offset (none yet: -1), then its status's rank (``_STATUS_ORDER``)."""
+    rank = " ".join(f"WHEN '{status}' THEN {i}" for status, i in _RANK.items())
     return f"coalesce({side}.last_offset, -1)", f"CASE {side}.status {rank} END"
 
 
@@ -36,6 +43,18 @@ def _at_or_after() -> str:
 #: such a record replaces the row (a re-run of a batch is at it; a replay into the tables, or a run
 #: behind one, is before it until it catches up).
 AHEAD = _at_or_after()
+
+
+def history_point(last_offset: int | None, status: str | None) -> HistoryPoint:
+    """``_history_point`` in Python, for the driver's own account of the MERGE (``fleet``)."""
+    return (-1 if last_offset is None else int(last_offset), _RANK.get(status or ""))
+
+
+def at_or_after(source: HistoryPoint, target: HistoryPoint) -> bool:
+    """``AHEAD`` in Python: SQL's NULL (an unknown status) at one offset is not ahead."""
+    if source[0] != target[0]:
+        return source[0] > target[0]
+    return source[1] is not None and target[1] is not None and source[1] >= target[1]
 
 
 def written_ahead(spark: SparkSession, output: str, checkpoint, states: list[TableState],

@@ -6,12 +6,12 @@ may already hold, so it inserts a row only when its key is absent (a MERGE with 
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import (ROW_CHANGES, ROW_CHANGES_FIELDS, VIOLATION_INFO_DDL, VIOLATIONS,
-                                           VIOLATIONS_FIELDS, column_names)
+                                           VIOLATIONS_FIELDS, column_names, table_path)
 from reconstructor.spark.sinks.idempotency import BatchTransactions
 
 #: A change's key in ``row_changes`` (``hour`` first: the table is partitioned by it).
@@ -31,16 +31,29 @@ def append_changes(txn: BatchTransactions, changes: DataFrame, schema: RowSchema
     _insert(txn, out, ROW_CHANGES, _CHANGE_KEY, dedupe)
 
 
-def append_violations(txn: BatchTransactions, recorded: DataFrame, dedupe: bool) -> None:
-    """The batch's recorded rows (``records.recorded``) into ``violations``, their ``info`` spread
-    over the table's columns."""
+def violation_rows(recorded: DataFrame) -> DataFrame:
+    """The batch's recorded rows (``records.recorded``) as ``violations`` rows, their ``info``
+    spread over the table's columns."""
     info = F.from_json("info", VIOLATION_INFO_DDL)
-    out = (recorded.select("topic", info.alias("v"))
-           .select("topic", *[F.col(f"v.{name}").alias(name) for name in column_names(VIOLATIONS_FIELDS)
-                              if name not in ("topic", "detected_at")],
-                   F.current_timestamp().alias("detected_at"))
-           .select(*column_names(VIOLATIONS_FIELDS)))
-    _insert(txn, out, VIOLATIONS, _VIOLATION_KEY, dedupe)
+    return (recorded.select("topic", info.alias("v"))
+            .select("topic", *[F.col(f"v.{name}").alias(name) for name in column_names(VIOLATIONS_FIELDS)
+                               if name not in ("topic", "detected_at")],
+                    F.current_timestamp().alias("detected_at"))
+            .select(*column_names(VIOLATIONS_FIELDS)))
+
+
+def new_violations(spark: SparkSession, output: str, rows: DataFrame, dedupe: bool) -> DataFrame:
+    """The ``violation_rows`` that ``append_violations`` inserts: all of them, or with ``dedupe``
+    those whose key the table lacks."""
+    if not dedupe:
+        return rows
+    table = spark.read.format("delta").load(table_path(output, VIOLATIONS))
+    return rows.alias("source").join(table.alias("target"), F.expr(_VIOLATION_KEY), "left_anti")
+
+
+def append_violations(txn: BatchTransactions, rows: DataFrame, dedupe: bool) -> None:
+    """The batch's ``violation_rows`` into ``violations``."""
+    _insert(txn, rows, VIOLATIONS, _VIOLATION_KEY, dedupe)
 
 
 def _insert(txn: BatchTransactions, out: DataFrame, table: str, key: str, dedupe: bool) -> None:

@@ -12,14 +12,16 @@ from pyspark.sql import DataFrame, Row, SparkSession
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.writer import batch_metadata
+from reconstructor.core.chain import HMAC_SHA256, ChainKey
 from reconstructor.core.violations import IntegrityViolation
 from reconstructor.errors import RunAgain
 from reconstructor.metrics.batch import BatchCounts
 from reconstructor.spark.compaction import compact_live_tables
 from reconstructor.spark.sinks import records
 from reconstructor.spark.sinks.ahead import SessionsAhead, written_ahead
-from reconstructor.spark.sinks.appends import append_changes, append_violations
+from reconstructor.spark.sinks.appends import append_changes, append_violations, new_violations, violation_rows
 from reconstructor.spark.sinks.claim import WriterClaim
+from reconstructor.spark.sinks.fleet import FleetLedger, violations_sum
 from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters
 from reconstructor.spark.sinks.merges import merge_live_tables
 from reconstructor.spark.sinks.query_id import QueryId
@@ -53,6 +55,8 @@ class DeltaSinks:
     lease_check: Callable[[], None] | None = None
     #: Where quarantined sessions ask their sensors for a snapshot (``--resync-topic``); never on a replay.
     resync: ResyncRequests | None = None
+    #: The chain's key: with one, each batch records the output's fleet seal (``fleet``).
+    chain_key: ChainKey | None = None
     #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
     recorded: dict[int, Recorded] = field(default_factory=dict, init=False, repr=False)
     #: Per batch id, the last ``timings.TIMINGS_KEPT`` written batches' phase timings.
@@ -65,6 +69,8 @@ class DeltaSinks:
         self._stops = BatchStops(self.loss_check, self.loss_registry, self.lease_check)
         self._ahead = SessionsAhead(self.spark, self.output, where={})
         self._writers = TableWriters(self.spark)
+        self._fleet = (FleetLedger(self.spark, self.output, self.chain_key)
+                       if self.chain_key is not None and self.chain_key.scheme == HMAC_SHA256 else None)
 
     # What a batch stopped on, for the driver to report as it is.
     @property
@@ -119,7 +125,7 @@ class DeltaSinks:
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         started = time.perf_counter()
         try:
-            stats = batch_stats(batch)
+            stats = batch_stats(batch, seals=self._fleet is not None)
             computed = time.perf_counter()
             losses = self._stops.losses(batch_id)
             if stats.records == 0 and not losses:
@@ -129,9 +135,12 @@ class DeltaSinks:
             self._stops.check_lease()
             self._claim.record(self._query)
             end = getattr(self.loss_check, "batch_end", None)
+            violations = (violation_rows(records.recorded(self.spark, batch, losses))
+                          if stats.recorded or losses else None)
             txn = BatchTransactions(self._writers, self.output, self.app_id, batch_id,
-                                    batch_metadata(self.query_id, batch_id, end or {}))
-            appended, tables = self._write(batch, txn, stats, losses, end)
+                                    batch_metadata(self.query_id, batch_id, end or {},
+                                                   self._fleet_seal(batch_id, stats, violations)))
+            appended, tables = self._write(batch, txn, stats, violations, end)
             merged = time.perf_counter()
             # After the tables: a request names the session's last applied seq as the batch left it.
             asked = (self.resync.send(txn, batch) if self.resync is not None and stats.recorded > stats.drifts
@@ -145,14 +154,25 @@ class DeltaSinks:
         finally:
             batch.unpersist()
 
-    def _write(self, batch: DataFrame, txn: BatchTransactions, stats: Row, losses: list,
+    def _fleet_seal(self, batch_id: int, stats: Row, violations: DataFrame | None) -> dict | None:
+        """The batch's fleet seal on a keyed output (else None), before anything is written."""
+        if self._fleet is None:
+            return None
+        self._fleet.load()
+        added = (violations_sum(new_violations(self.spark, self.output, violations, self.replay),
+                                self.chain_key) if violations is not None else None)
+        return self._fleet.seal(self.query_id, batch_id, stats.session_seals, added).to_json()
+
+    def _write(self, batch: DataFrame, txn: BatchTransactions, stats: Row, violations: DataFrame | None,
                end: dict | None) -> tuple[float, dict[str, float]]:
         """The batch's writes, in the order a re-run relies on; when the appends (and the read of
         the sessions ahead) ended, and each MERGE's seconds."""
         current, sessions = records.current(batch), records.sessions(batch)
         append_changes(txn, records.changes(batch), self.schema, self.replay)
-        if stats.recorded or losses:
-            append_violations(txn, records.recorded(self.spark, batch, losses), self.replay)
+        if violations is not None:
+            append_violations(txn, violations, self.replay)
+            if self._fleet is not None:
+                self._fleet.violations_committed()
             self.recorded[txn.batch_id] = recorded_of(stats)
         # Sessions the tables hold at a later point (a replay into them, or a run behind one):
         # their rows stay as they are, and the sessions MERGE keeps their row too.
@@ -162,4 +182,6 @@ class DeltaSinks:
             sessions = sessions.join(behind, ["topic", "session"], "left_anti")
         appended = time.perf_counter()
         tables = merge_live_tables(self.spark, txn, self.schema, current, sessions, closed=stats.closed > 0)
+        if self._fleet is not None:
+            self._fleet.sessions_committed()
         return appended, tables

@@ -30,13 +30,20 @@ class Recorded:
     drifts: int  # snapshot drifts
 
 
-def batch_stats(batch: DataFrame) -> Row:
+def batch_stats(batch: DataFrame, seals: bool = False) -> Row:
     """The batch's one aggregation row: ``records``, ``violation``, ``closed``, ``recorded``,
-    ``drifts``, ``sessions_set_aside``, and per status and kind the metrics' counts."""
+    ``drifts``, ``sessions_set_aside``, and per status and kind the metrics' counts; with
+    ``seals``, ``session_seals``: each session record's (topic, session, chain_seal, last_offset,
+    status), for the fleet seal (``fleet``)."""
     is_session = is_record(RecordKind.SESSION)
     is_recorded = is_record(RecordKind.RECORDED)
     status, kind = F.get_json_object("info", "$.status"), F.get_json_object("info", "$.kind")
+    session_seals = F.collect_list(F.when(is_session, F.struct(
+        "topic", "session", F.get_json_object("info", "$.chain_seal").alias("chain_seal"),
+        F.get_json_object("info", "$.last_offset").cast("long").alias("last_offset"),
+        status.alias("status")))).alias("session_seals")
     return batch.agg(
+        *([session_seals] if seals else []),
         F.count(F.lit(1)).alias("records"),
         # Of several sessions' violations, the first record in Kafka order: the one a
         # run with smaller micro-batches would have stopped at.

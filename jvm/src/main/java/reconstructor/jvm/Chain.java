@@ -66,7 +66,7 @@ final class Chain implements java.io.Serializable {
   }
 
   /** The first bytes of a session seal's HMAC input: no message digest's input starts so. */
-  static final byte[] SEAL_DOMAIN = "reconstructor.session-seal\n".getBytes(StandardCharsets.US_ASCII);
+  static final byte[] SEAL_DOMAIN = "reconstructor.session-seal.v2\n".getBytes(StandardCharsets.US_ASCII);
 
   /** A session row's seal, as the Python engine's {@code core.seal.session_seal}: the HMAC of
    * {@link #SEAL_DOMAIN} and the sealed fields as RFC 8785 JSON (integers as decimal strings, a
