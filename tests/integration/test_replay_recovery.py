@@ -4,7 +4,9 @@ stream carries on from the replay's checkpoint and the replaced checkpoint is re
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 
 import pytest
 
@@ -17,6 +19,8 @@ from tests.support.pipeline import (change_count, current_tables, expected_all, 
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
+#: The replays into a live output run keyed: each must leave the fleet seal as the tables stand.
+KEY = "replay-recovery-chain-key"
 
 
 def test_a_lost_message_resent_after_later_seqs_is_a_gap_for_run_and_replay_alike(
@@ -54,10 +58,10 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
     pattern = f"rc{run_id}-sensor-[0-9]+"
 
     produce(spec, messages[:half], 2)
-    run(spark, pattern, out, chk)
+    run(spark, pattern, out, chk, chain_key=KEY)
     publish(SensorProducer(bootstrap), messages[half:], {t: 2 for t in spec.topics()})
     code = cli_main(["replay", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern,
-                     "--output", out, "--checkpoint", replay_chk, "--from-last-snapshot"])
+                     "--output", out, "--checkpoint", replay_chk, "--from-last-snapshot", "--chain-key", KEY])
     assert code == 0, capsys.readouterr().err[-2000:]
     err = capsys.readouterr().err
     assert "replaying from {" in err and "offsets/s" in err
@@ -71,24 +75,38 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
     # whose digest covers a row the live run dropped included.
     drifts = read_table(spark, out, "violations").where("kind = 'SNAPSHOT_DRIFT'").collect()
     assert (drifted.session, drifted.message["seq"]) in {(d.session, d.found_seq) for d in drifts}, drifts
-    assert cli_main(["verify", "--output", out]) == 0, capsys.readouterr().err[-2000:]
-    assert " in 4 chains" in capsys.readouterr().out
+    assert cli_main(["verify", "--output", out, "--chain-key", KEY]) == 0, capsys.readouterr().err[-2000:]
+    verified = capsys.readouterr().out
+    assert " in 4 chains" in verified and "fleet: 4 session rows and " in verified, verified
 
     # The stream carries on from the replay's checkpoint, exactly; the replaced checkpoint is
     # refused from then on (it would re-read what the replay wrote under another writer's id).
     more = list(plan_fleet(FleetSpec(topic_prefix=spec.topic_prefix, sensors=2, sessions_per_sensor=3,
                                      rows=5, updates=10, seed=18, end_sessions=False)))
     later = [p for p in more if p.session.endswith("-2")]
+    before_later = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
+    time.sleep(1.5)  # Kafka's timestamps of the later records are past ``before_later`` by a second
     publish(SensorProducer(bootstrap), later, {t: 2 for t in spec.topics()})
     code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
-                     "--checkpoint", replay_chk, "--compact-every", "off"])
+                     "--checkpoint", replay_chk, "--compact-every", "off", "--chain-key", KEY])
     assert code == 0, capsys.readouterr().err[-2000:]
     assert replayed_tables(spark, out, NAMES) == expected_all(messages + later, NAMES)
     assert read_table(spark, out, "row_changes").count() == change_count(messages) + change_count(later)
     code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
-                     "--checkpoint", chk, "--compact-every", "off"])
+                     "--checkpoint", chk, "--compact-every", "off", "--chain-key", KEY])
     assert code == 2
     assert "reconstructor replay" in capsys.readouterr().err.strip().splitlines()[-1]
+
+    # A replay from a time, of the sessions that started after it, into the same output: it finds
+    # every change there already, and the output, its fleet seal included, verifies as before.
+    code = cli_main(["replay", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
+                     "--checkpoint", str(tmp_path / "chk-time"), "--chain-key", KEY,
+                     "--from-timestamp", before_later.isoformat().replace("+00:00", "Z")])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert read_table(spark, out, "row_changes").count() == change_count(messages) + change_count(later)
+    capsys.readouterr()
+    assert cli_main(["verify", "--output", out, "--chain-key", KEY]) == 0, capsys.readouterr().err[-2000:]
+    assert "fleet: 6 session rows and " in capsys.readouterr().out
 
 
 def with_a_drift_that_drops_a_row(messages: list[Planned], before: int) -> tuple[list[Planned], Planned]:
@@ -160,8 +178,6 @@ def test_a_replay_into_the_same_output_never_moves_a_session_or_a_row_backwards_
     """The live run (quarantine mode) times one session out and quarantines another; a replay
     from the start into the same output, in small batches, then fails on the violation the live
     run set aside.  Every batch it wrote was behind the tables: nothing of theirs moved back."""
-    import time
-
     from tests.support.kafka import create_topics, send, snapshot, update
 
     bootstrap, topic = stack.bootstrap_servers(), f"rb{run_id}-sensor-0"
@@ -169,10 +185,10 @@ def test_a_replay_into_the_same_output_never_moves_a_session_or_a_row_backwards_
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
     send(bootstrap, topic, "quiet", [snapshot(0), update(1, "q1")])
     send(bootstrap, topic, "moving", [snapshot(0), *[update(s, f"m{s}") for s in range(1, 6)], update(7, "m7")])
-    run(spark, topic, out, chk, on_violation="quarantine", session_timeout="6 seconds")
+    run(spark, topic, out, chk, on_violation="quarantine", session_timeout="6 seconds", chain_key=KEY)
     time.sleep(8)  # quiet is silent past its timeout; another session's batch fires it
     send(bootstrap, topic, "other", [snapshot(0)])
-    run(spark, topic, out, chk, on_violation="quarantine", session_timeout="6 seconds")
+    run(spark, topic, out, chk, on_violation="quarantine", session_timeout="6 seconds", chain_key=KEY)
 
     def tables():
         sessions = {r.session: (r.status, r.last_seq, r.last_offset)
@@ -186,8 +202,10 @@ def test_a_replay_into_the_same_output_never_moves_a_session_or_a_row_backwards_
 
     code = cli_main(["replay", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--output", out,
                      "--checkpoint", str(tmp_path / "chk-replay"), "--from", f'{{"{topic}": {{"0": 0}}}}',
-                     "--max-offsets-per-trigger", "2"])
+                     "--max-offsets-per-trigger", "2", "--chain-key", KEY])
     assert code == 3, capsys.readouterr().err[-2000:]  # the GAP the live run set aside stops it
     assert "INTEGRITY VIOLATION GAP" in capsys.readouterr().err
     assert tables() == live
-    assert cli_main(["verify", "--output", out]) == 0, capsys.readouterr().out[-2000:]
+    # Stopped partway, every batch it wrote behind the tables: the fleet seal is as the run left it.
+    assert cli_main(["verify", "--output", out, "--chain-key", KEY]) == 0, capsys.readouterr().err[-2000:]
+    assert "fleet: 3 session rows and " in capsys.readouterr().out

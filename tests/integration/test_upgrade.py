@@ -30,8 +30,9 @@ from tests.support.pipeline import assert_exact, produce, read_table, run
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
 #: The last landed release: update it when a release lands.
-PREVIOUS_RELEASE = "75a5617"
-#: Both releases run with a chain key: the previous one chained with it, this one seals from then on.
+PREVIOUS_RELEASE = "5b16324"
+#: Both releases run with a chain key: the previous one sealed the session rows with it, this one
+#: seals them under the current domain and seals the fleet from then on.
 KEY = "upgrade-chain-key"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,6 +90,12 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert read_table(spark, out, "row_changes").count() > 0
 
+    # This release's verify passes the previous release's output: it holds no fleet seal, and needs none.
+    before = subprocess.run([sys.executable, "-m", "reconstructor", "verify", "--output", out, "--chain-key", KEY],
+                            capture_output=True, text=True, timeout=600)
+    assert before.returncode == 0, before.stderr[-3000:]
+    assert "fleet: none" in before.stdout, before.stdout
+
     produce(spec, messages[half:], partitions=2, create=False)
     catalog = f"up{engine.value}{run_id}"
     unsealed = read_table(spark, out, "sessions").count()
@@ -116,3 +123,5 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
     assert verified.returncode == 0, verified.stderr[-3000:]
     assert " in 4 chains" in verified.stdout, verified.stdout
     assert "seals: 4 session rows sealed with the key" in verified.stdout, verified.stdout
+    assert "fleet: 4 session rows and 0 violation rows as the last batch sealed them" in verified.stdout, \
+        verified.stdout

@@ -14,9 +14,9 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 from delta.tables import DeltaTable as SparkDeltaTable
+import boto3
 from deltalake import DeltaTable, write_deltalake
 
-from reconstructor.audit.delta_tables import storage_options
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.tables import TABLES
 from reconstructor.errors import UsageError
@@ -98,11 +98,13 @@ def test_the_run_verifies_on_s3(fleet, monkeypatch):
     s3 = S3Settings(endpoint=localstack.s3_endpoint(), region=localstack.S3_REGION, access_key=localstack.S3_ACCESS_KEY,
                     secret_key=localstack.S3_SECRET_KEY, path_style=True)
     root = f"s3a://{localstack.S3_BUCKET}/verify-{fleet['run_id']}/out"
-    options = storage_options(s3, root)
-    for name in ("row_changes", "current_rows", "sessions", "violations"):
-        data = DeltaTable(str(fleet["out"] / name)).to_pyarrow_table()
-        write_deltalake(f"{root.replace('s3a://', 's3://')}/{name}", data, storage_options=options,
-                        partition_by=["hour"] if name == "row_changes" else None)
+    # Every file, the Delta logs with their commits' fleet seals too: the output as the run left it.
+    bucket = boto3.client("s3", endpoint_url=s3.endpoint, region_name=s3.region, aws_access_key_id=s3.access_key,
+                          aws_secret_access_key=s3.secret_key)
+    for path in (p for name in TABLES for p in (fleet["out"] / name).rglob("*")):
+        if path.is_file() and not path.name.endswith(".crc"):
+            bucket.upload_file(str(path), localstack.S3_BUCKET,
+                               f"verify-{fleet['run_id']}/out/{path.relative_to(fleet['out']).as_posix()}")
     for key, value in (("ENDPOINT", s3.endpoint), ("REGION", s3.region), ("ACCESS_KEY", s3.access_key),
                        ("SECRET_KEY", s3.secret_key), ("PATH_STYLE", "true")):
         monkeypatch.setenv(f"RECON_S3_{key}", value)
@@ -214,6 +216,39 @@ def test_a_sessions_chain_nulled_and_its_values_changed_is_named_by_the_seal(fle
                     "was removed"), line
 
 
+def _deletable(out: Path, name: str) -> DeltaTable:
+    table = DeltaTable(str(out / name))
+    if table.metadata().configuration.get("delta.appendOnly") == "true":
+        table.alter.set_table_properties({"delta.appendOnly": "false"})
+    return table
+
+
+def test_a_whole_session_removed_from_the_four_tables_is_named_by_the_fleet_seal(fleet, tmp_path):
+    """Every row of one session gone from every table: no chain, seal or fold is left to tell; the
+    fleet seal of the last batch still counts its row."""
+    out = copy_of(fleet, tmp_path)
+    session, _ = _open_session_tail(out, fleet["victim"])
+    for name in TABLES:
+        _deletable(out, name).delete(f"session = '{session.session}'")
+    line = failed_line(verify(out))
+    assert line == ("reconstructor: VERIFY FAILED sessions: sessions holds 3 rows; the fleet seal counts 4: a "
+                    "session's row was removed, added or replaced"), line
+
+
+def test_the_violation_rows_of_a_resynced_session_deleted_are_named_by_the_fleet_seal(fleet, tmp_path):
+    """The victim's GAP and the records set aside until its resync, deleted: the session is open
+    again and its chain goes on, so only the fleet seal counts them."""
+    out = copy_of(fleet, tmp_path)
+    violations = _deletable(out, "violations")
+    held = violations.to_pandas()
+    assert (held["session"] == fleet["victim"]).any() and (held["kind"] == "GAP").any()
+    violations.delete(f"session = '{fleet['victim']}'")
+    line = failed_line(verify(out))
+    kept = int((held["session"] != fleet["victim"]).sum())
+    assert line == (f"reconstructor: VERIFY FAILED violations: violations holds {kept} rows; the fleet seal counts "
+                    f"{len(held)}: a violation's row was removed, added or altered"), line
+
+
 def test_a_null_double_replaced_by_nan_is_named(fleet, tmp_path):
     out = copy_of(fleet, tmp_path)
     change = last_upsert(out)
@@ -228,7 +263,10 @@ def test_a_null_double_replaced_by_nan_is_named(fleet, tmp_path):
 def test_the_run_seals_every_session_row(fleet):
     sessions = DeltaTable(str(fleet["out"] / "sessions")).to_pandas()
     assert sessions["chain_seal"].str.startswith("hmac-sha256:").all()
-    assert "seals: 4 session rows sealed with the key" in verify(fleet["out"]).stdout
+    result = verify(fleet["out"])
+    assert "seals: 4 session rows sealed with the key" in result.stdout
+    violations = len(DeltaTable(str(fleet["out"] / "violations")).to_pandas())
+    assert f"fleet: 4 session rows and {violations} violation rows as the last batch sealed them" in result.stdout
 
 
 def test_a_keyed_chain_needs_its_key(fleet):
