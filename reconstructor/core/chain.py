@@ -50,6 +50,20 @@ SHA256, HMAC_SHA256 = "sha256", "hmac-sha256"
 jcs_string = json.encoder.encode_basestring
 
 
+def jcs_record(row: Mapping, names: Sequence[str], texts: frozenset[str]) -> bytes:
+    """``row``'s fields ``names`` (ASCII, in sorted order) as RFC 8785 JSON bytes: those in
+    ``texts`` as strings, the others integers written as decimal strings, a null left out (a
+    seal's and a fleet member's encoding)."""
+    members = []
+    for name in names:
+        value = row.get(name)
+        if value is None:
+            continue
+        text = jcs_string(str(value)) if name in texts else f'"{int(value)}"'
+        members.append(f'"{name}":{text}')
+    return ("{" + ",".join(members) + "}").encode("utf-8")
+
+
 class ChainKey:
     """The secret that makes digests HMACs (None: plain SHA-256).  Never printed."""
 

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
-from reconstructor.core.chain import ChainKey, jcs_string
+from reconstructor.core.chain import ChainKey, jcs_record, jcs_string
 
 __all__ = ["FLEET_DOMAIN", "MEMBER_DOMAIN", "VIOLATION_FIELDS", "FleetSeal", "TableSum", "session_member",
            "violation_member"]
@@ -38,7 +38,7 @@ _MODULUS = 1 << 256
 #: The ``violations`` columns a row's member covers: all but ``detected_at`` (the write's time).
 VIOLATION_FIELDS = ("detail", "expected_seq", "found_seq", "kind", "offset", "partition", "session", "topic",
                     "value")
-_TEXT = {"detail", "kind", "session", "topic", "value"}
+_TEXT = frozenset({"detail", "kind", "session", "topic", "value"})
 
 
 def _hex_value(seal: str | None) -> int:
@@ -53,14 +53,7 @@ def session_member(seal: str | None) -> int:
 
 def canonical_violation(row: Mapping) -> bytes:
     """A ``violations`` row as RFC 8785 JSON bytes (``VIOLATION_FIELDS``, a null left out)."""
-    members = []
-    for name in VIOLATION_FIELDS:
-        value = row.get(name)
-        if value is None:
-            continue
-        text = jcs_string(str(value)) if name in _TEXT else f'"{int(value)}"'
-        members.append(f'"{name}":{text}')
-    return ("{" + ",".join(members) + "}").encode("utf-8")
+    return jcs_record(row, VIOLATION_FIELDS, _TEXT)
 
 
 def violation_member(key: ChainKey, row: Mapping) -> int:

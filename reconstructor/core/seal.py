@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from reconstructor.core.chain import ChainKey, jcs_string
+from reconstructor.core.chain import ChainKey, jcs_record
 
 __all__ = ["SEALED_FIELDS", "SEAL_DOMAIN", "SEAL_DOMAIN_V1", "seal_version", "session_seal"]
 
@@ -37,19 +37,12 @@ SEAL_DOMAIN_V1 = b"reconstructor.session-seal\n"
 #: write's time) and ``resync_requested_at`` (the resync requests') are written by the sinks.
 SEALED_FIELDS = ("chain_head", "first_seq", "last_offset", "last_seq", "partition", "row_count", "session",
                  "status", "topic")
-_TEXT = {"chain_head", "session", "status", "topic"}
+_TEXT = frozenset({"chain_head", "session", "status", "topic"})
 
 
 def canonical_session(row: Mapping) -> bytes:
-    """The sealed fields of a session's row as RFC 8785 JSON bytes (the names are ASCII, in order)."""
-    members = []
-    for name in SEALED_FIELDS:
-        value = row.get(name)
-        if value is None:
-            continue
-        text = jcs_string(str(value)) if name in _TEXT else f'"{int(value)}"'
-        members.append(f'"{name}":{text}')
-    return ("{" + ",".join(members) + "}").encode("utf-8")
+    """The sealed fields of a session's row as RFC 8785 JSON bytes."""
+    return jcs_record(row, SEALED_FIELDS, _TEXT)
 
 
 def session_seal(key: ChainKey, row: Mapping, domain: bytes = SEAL_DOMAIN) -> str | None:
