@@ -1,4 +1,4 @@
-"""``verify``'s check of the fleet seal (``core.fleet``): no row of ``sessions`` or ``violations``
+"""``verify``'s check of the fleet seal (``core.fleet_seal``): no row of ``sessions`` or ``violations``
 removed, added or replaced since the last batch sealed them.
 
 The newest fleet seal in ``sessions``' history must hold with the key and match the table's rows
@@ -18,7 +18,7 @@ from reconstructor.audit.chain_check import ChainBreak
 from reconstructor.contract.tables import SESSIONS, VIOLATIONS
 from reconstructor.contract.writer import FleetRecord
 from reconstructor.core.chain import ChainKey
-from reconstructor.core.fleet import FleetSeal, TableSum, session_member, violation_member
+from reconstructor.core.fleet_seal import FleetSeal, TableSum, session_member, violation_member
 
 __all__ = ["FleetCheck"]
 

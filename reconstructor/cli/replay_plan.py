@@ -28,10 +28,7 @@ def offsets_for_timestamp(cfg: Settings, ts: str) -> str:
         when = parse_rfc3339(ts)
     except ValueError as exc:
         raise UsageError(f"--from-timestamp {exc}") from None
-    # Kafka's timestamps are milliseconds: the first at or after ``ts`` (a time inside a millisecond
-    # starts at the next one).
-    ms = -(-(when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1))
-    parts = [TopicPartition(t, p, ms)
+    parts = [TopicPartition(t, p, timestamp_ms(when))
              for t, ps in partitions(cfg).items() for p in ps]
     if not parts:
         raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
@@ -43,10 +40,28 @@ def offsets_for_timestamp(cfg: Settings, ts: str) -> str:
         found = consumer.offsets_for_times(parts, timeout=10)
     finally:
         consumer.close()
+    return json.dumps(offsets_found(found), sort_keys=True)
+
+
+def timestamp_ms(when: dt.datetime) -> int:
+    """The Kafka timestamp to look up for ``when``: the first millisecond at or after it (a time
+    inside a millisecond starts at the next one), and 0 for a time before 1970, which Kafka's
+    timestamps never are (-1, -2 and -3 would read as latest, earliest and the newest time)."""
+    ms = -(-(when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1))
+    return max(0, ms)
+
+
+def offsets_found(found) -> dict[str, dict[str, int]]:
+    """The start offsets of an offsets-for-times lookup: each partition's first offset at or after
+    the time, -1 (latest) where it has none; a partition whose lookup failed is an error naming it,
+    never a silent "latest"."""
     offsets: dict[str, dict[str, int]] = {}
     for tp in found:
+        if tp.error is not None:
+            raise ReconstructorError(f"cannot find the offset for --from-timestamp in {tp.topic} partition "
+                                     f"{tp.partition}: {tp.error.str() if hasattr(tp.error, 'str') else tp.error}")
         offsets.setdefault(tp.topic, {})[str(tp.partition)] = tp.offset if tp.offset >= 0 else -1
-    return json.dumps(offsets, sort_keys=True)
+    return offsets
 
 
 def offsets_from_last_snapshot(spark, cfg: Settings) -> str:

@@ -15,7 +15,7 @@ every row sealed, so nulling the seal as well is a discrepancy too.
 Without a key there is no seal: anyone could recompute a plain hash.
 
 The domain names its version.  A row sealed under ``SEAL_DOMAIN`` was written by a release that
-also seals the fleet (``core.fleet``), so an output holding one must hold a fleet seal too, and no
+also seals the fleet (``core.fleet_seal``), so an output holding one must hold a fleet seal too, and no
 one can pass such an output off as one written before fleet seals by removing them.  Rows an
 earlier release sealed (``SEAL_DOMAIN_V1``) are sealed again under ``SEAL_DOMAIN`` at the first
 keyed start of a release that seals the fleet.

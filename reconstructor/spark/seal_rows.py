@@ -1,7 +1,7 @@
 """Seal, once, what a keyed output holds from before its release sealed the fleet.
 
 A keyed run of this release seals each ``sessions`` row it writes (``core.seal``) and records each
-batch's fleet seal (``core.fleet``).  An output an earlier release wrote has rows sealed under the
+batch's fleet seal (``core.fleet_seal``).  An output an earlier release wrote has rows sealed under the
 earlier domain (``SEAL_DOMAIN_V1``), or none, and no fleet seal.  So the first keyed ``run`` or
 ``replay`` of this release over it, seeing no fleet seal in the ``sessions`` history, seals every
 such row under the current domain and records the fleet seal of the tables as they stand, in the
@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 from reconstructor.contract.tables import SEALED_PROPERTY, SESSIONS, VIOLATIONS, table_path
 from reconstructor.contract.writer import stamp_metadata
 from reconstructor.core.chain import HMAC_SHA256, ChainKey
-from reconstructor.core.fleet import FleetSeal, TableSum, session_member
+from reconstructor.core.fleet_seal import FleetSeal, TableSum, session_member
 from reconstructor.core.seal import SEALED_FIELDS, seal_version, session_seal
 from reconstructor.spark.catalog import path_ref
-from reconstructor.spark.sinks.fleet import newest_fleet, violations_sum
+from reconstructor.spark.sinks.fleet_seal import newest_fleet, violations_sum
 from reconstructor.spark.transactions import USER_METADATA, spark_like
 
 __all__ = ["seal_sessions"]

@@ -49,7 +49,7 @@ def _run(spark, pattern: str, root: Path, max_offsets: int, engine: StatefulEngi
 
 
 def _violations_sum_s(spark, rows: int) -> float:
-    from reconstructor.spark.sinks.fleet import violations_sum
+    from reconstructor.spark.sinks.fleet_seal import violations_sum
 
     frame = spark.createDataFrame(
         [("bench-sensor-0", 0, i, f"s{i % 50}", "SKIPPED", None, i, "a record set aside", None)

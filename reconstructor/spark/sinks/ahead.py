@@ -46,7 +46,7 @@ AHEAD = _at_or_after()
 
 
 def history_point(last_offset: int | None, status: str | None) -> HistoryPoint:
-    """``_history_point`` in Python, for the driver's own account of the MERGE (``fleet``)."""
+    """``_history_point`` in Python, for the driver's own account of the MERGE (``fleet_seal``)."""
     return (-1 if last_offset is None else int(last_offset), _RANK.get(status or ""))
 
 

@@ -21,7 +21,7 @@ from reconstructor.spark.sinks import records
 from reconstructor.spark.sinks.ahead import SessionsAhead, written_ahead
 from reconstructor.spark.sinks.appends import append_changes, append_violations, new_violations, violation_rows
 from reconstructor.spark.sinks.claim import WriterClaim
-from reconstructor.spark.sinks.fleet import FleetLedger, violations_sum
+from reconstructor.spark.sinks.fleet_seal import FleetLedger, violations_sum
 from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters
 from reconstructor.spark.sinks.merges import merge_live_tables
 from reconstructor.spark.sinks.query_id import QueryId
@@ -55,7 +55,7 @@ class DeltaSinks:
     lease_check: Callable[[], None] | None = None
     #: Where quarantined sessions ask their sensors for a snapshot (``--resync-topic``); never on a replay.
     resync: ResyncRequests | None = None
-    #: The chain's key: with one, each batch records the output's fleet seal (``fleet``).
+    #: The chain's key: with one, each batch records the output's fleet seal (``fleet_seal``).
     chain_key: ChainKey | None = None
     #: Per batch id, what it recorded in ``violations`` (batches that recorded nothing are absent).
     recorded: dict[int, Recorded] = field(default_factory=dict, init=False, repr=False)

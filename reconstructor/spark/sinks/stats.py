@@ -34,7 +34,7 @@ def batch_stats(batch: DataFrame, seals: bool = False) -> Row:
     """The batch's one aggregation row: ``records``, ``violation``, ``closed``, ``recorded``,
     ``drifts``, ``sessions_set_aside``, and per status and kind the metrics' counts; with
     ``seals``, ``session_seals``: each session record's (topic, session, chain_seal, last_offset,
-    status), for the fleet seal (``fleet``)."""
+    status), for the fleet seal (``fleet_seal``)."""
     is_session = is_record(RecordKind.SESSION)
     is_recorded = is_record(RecordKind.RECORDED)
     status, kind = F.get_json_object("info", "$.status"), F.get_json_object("info", "$.kind")

@@ -12,11 +12,11 @@ from pyspark.sql import Row
 from reconstructor.audit.fleet_check import FleetCheck
 from reconstructor.contract.writer import FleetRecord, batch_metadata, fleet_in_metadata, stamp_metadata
 from reconstructor.core.chain import ChainKey
-from reconstructor.core.fleet import (FLEET_DOMAIN, MEMBER_DOMAIN, FleetSeal, TableSum, canonical_violation,
+from reconstructor.core.fleet_seal import (FLEET_DOMAIN, MEMBER_DOMAIN, FleetSeal, TableSum, canonical_violation,
                                       session_member, violation_member)
 from reconstructor.core.seal import SEAL_DOMAIN_V1, canonical_session, seal_version, session_seal
 from reconstructor.spark.sinks.ahead import at_or_after, history_point
-from reconstructor.spark.sinks.fleet import FleetLedger
+from reconstructor.spark.sinks.fleet_seal import FleetLedger
 
 KEY = ChainKey("fleet-key")
 STATUSES = ("open", "timed_out", "quarantined", "ended")

@@ -1,4 +1,4 @@
-"""The fleet seal of each keyed batch (``core.fleet``), kept on the driver from batch to batch.
+"""The fleet seal of each keyed batch (``core.fleet_seal``), kept on the driver from batch to batch.
 
 A batch's seal is the one before it moved by what the batch changes: each session record that
 replaces its ``sessions`` row (the MERGE's own rule, ``ahead.at_or_after``) swaps the row's seal
@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from reconstructor.contract.tables import SESSIONS, VIOLATIONS, table_path
 from reconstructor.contract.writer import FleetRecord, fleet_in_metadata
 from reconstructor.core.chain import ChainKey
-from reconstructor.core.fleet import VIOLATION_FIELDS, FleetSeal, TableSum, session_member, violation_member
+from reconstructor.core.fleet_seal import VIOLATION_FIELDS, FleetSeal, TableSum, session_member, violation_member
 from reconstructor.spark.sinks.ahead import HistoryPoint, at_or_after, history_point
 
 __all__ = ["FleetLedger", "newest_fleet", "violations_sum"]
