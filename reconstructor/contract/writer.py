@@ -24,11 +24,21 @@ BATCH_METADATA_KEY = "reconstructor"
 FLEET_METADATA_KEY = "reconstructor.fleet"
 
 
+#: The checkpoint's own file naming the output it writes (``record_output``), beside Spark's files.
+OUTPUT_FILE = "reconstructor/output"
+
+
 @dataclass(frozen=True)
 class CheckpointState:
     location: str
     query_id: str | None  # from the checkpoint's ``metadata`` file; None before its first start
     last_committed: int | None  # the last batch id in ``commits/``; None when none was committed
+    output: str | None = None  # ``OUTPUT_FILE``; None when new, or written by an earlier release
+
+
+def same_output(a: str, b: str) -> bool:
+    """Two spellings of one output root (a trailing slash aside)."""
+    return a.rstrip("/") == b.rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,12 @@ def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> s
       that is how the stream carries on after a replay past a violation.  The writer it replaces
       is refused from then on.
     - Anything else is another writer's data: refused, never skipped, never appended twice.
+    - A checkpoint that records another output (``OUTPUT_FILE``) is refused before all that: its
+      offsets are that output's, and adopted here they would skip or repeat what this one lacks.
     """
+    if checkpoint.output is not None and not same_output(checkpoint.output, output):
+        return (f"the checkpoint {checkpoint.location} holds the progress of the output {checkpoint.output}, not "
+                f"{output}: give this output a --checkpoint of its own")
     if replay:
         if checkpoint.last_committed is None:
             return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from reconstructor.contract.writer import CheckpointState, last_batch, query_id_of
+from reconstructor.contract.writer import OUTPUT_FILE, CheckpointState, last_batch, query_id_of
 
 
 def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
@@ -24,7 +24,15 @@ def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
             stream.close()
     commits = Path(root, "commits")
     names = [s.getPath().getName() for s in fs.listStatus(commits)] if fs.exists(commits) else []
-    return CheckpointState(location, query_id, last_batch(names))
+    output = read_checkpoint_file(spark, location, OUTPUT_FILE) if fs.exists(root) else None
+    return CheckpointState(location, query_id, last_batch(names), output.strip() if output else None)
+
+
+def record_output(spark: SparkSession, checkpoint: CheckpointState, output: str) -> None:
+    """Record ``output`` in a checkpoint that records none yet (a new one, or one an earlier release
+    wrote, which the writer claim has just let write it)."""
+    if checkpoint.output is None:
+        write_checkpoint_file(spark, checkpoint.location, OUTPUT_FILE, output.rstrip("/") + "\n")
 
 
 def read_checkpoint_file(spark: SparkSession, location: str, relative: str) -> str | None:

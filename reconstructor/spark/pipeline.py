@@ -23,7 +23,7 @@ from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest, StopStep
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.catalog import comment_tables, register_tables
 from reconstructor.spark.chain_seeds import chain_seeds
-from reconstructor.spark.checkpoint import checkpoint_state
+from reconstructor.spark.checkpoint import checkpoint_state, record_output
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 from reconstructor.spark.evolution import evolve_tables
@@ -233,6 +233,7 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
         _catalog(spark, cfg, schema, replay)
     out = _reconstructed(spark, cfg, schema, registry, replay)
     record_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
+    record_output(spark, checkpoint, cfg.output)
     writer = _writer(out, sinks, cfg, query_name)
     background = _compactor(spark, cfg, vacuum_in_stream)
     query = _start(spark, writer, cfg)

@@ -106,6 +106,10 @@ def test_replay_with_the_main_config_leaves_the_main_checkpoint_alone(stack, spa
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     assert f"{main_chk} is left alone" in replayed.stderr
     assert_exact(spark, replay_out, messages, NAMES)
+    # The replay's output records no writer; the main checkpoint is the main output's all the same.
+    line = refusal_line(cli("run", "--config", str(config), "--output", replay_out))
+    assert line == (f"reconstructor: the checkpoint {main_chk} holds the progress of the output {main_out}, not "
+                    f"{replay_out}: give this output a --checkpoint of its own"), line
 
     again = cli("run", "--config", str(config))
     assert again.returncode == 0, again.stderr[-2000:]

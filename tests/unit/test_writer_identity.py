@@ -52,6 +52,20 @@ def test_a_run_carries_on_from_a_replays_checkpoint_and_the_replaced_writer_is_r
     assert refusal(RUNNING, [TableState("sessions", True, "q0", ("q9",))], "/out", replay=False) is not None
 
 
+def test_a_checkpoint_that_records_another_output_is_refused_whoever_wrote_the_tables():
+    """An output only a replay wrote records no writer, so a committed checkpoint would adopt it:
+    the checkpoint's own record of its output refuses another output's checkpoint first."""
+    elsewhere = dataclasses.replace(RUNNING, output="/old")
+    replayed_only = [TableState(n, True, None, ("q9",)) for n in ("row_changes", "current_rows", "sessions")]
+    assert refusal(dataclasses.replace(RUNNING, output=None), replayed_only, "/new", replay=False) is None
+    reason = refusal(elsewhere, replayed_only, "/new", replay=False)
+    assert reason == ("the checkpoint /chk holds the progress of the output /old, not /new: give this output a "
+                      "--checkpoint of its own")
+    assert refusal(elsewhere, [], "/new", replay=False) is not None
+    assert refusal(elsewhere, tables(True, "q1"), "/old/", replay=False) is None  # the same root
+    assert refusal(dataclasses.replace(NEW, output="/old"), [], "/new", replay=True) is not None
+
+
 def test_replay_writes_any_writers_tables_on_a_checkpoint_with_no_committed_batch():
     assert refusal(NEW, tables(True, "q0"), "/out", replay=True) is None
     assert refusal(STARTED, tables(True, None), "/out", replay=True) is None
