@@ -24,7 +24,7 @@ from typing import Callable, Protocol
 from urllib.parse import urlparse
 
 from reconstructor.settings import S3Settings
-from reconstructor.core.lease import Lease, LeaseVerdict, verdict
+from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, verdict
 from reconstructor.errors import ReconstructorError, UsageError
 
 __all__ = ["FileLeaseStore", "LeaseLost", "LeaseStore", "S3LeaseStore", "WriterLease", "lease_store"]
@@ -158,46 +158,57 @@ class WriterLease:
     before each write, ``release`` at the end (a crashed driver's lease expires after ``ttl_s``)."""
 
     def __init__(self, store: LeaseStore, command: str, checkpoint: str | None, ttl_s: float,
-                 clock: Callable[[], float] = time.time, say: Callable[[str], None] | None = None):
-        self.store, self.ttl_s, self.clock = store, ttl_s, clock
+                 clock: Callable[[], float] = time.time, say: Callable[[str], None] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        #: ``clock`` is the wall clock, for what a lease states; ``monotonic`` times the TTL.
+        self.store, self.ttl_s, self.clock, self.monotonic, self._sleep = store, ttl_s, clock, monotonic, sleep
         self._say = say or (lambda line: print(f"reconstructor: {line}", file=sys.stderr, flush=True))
         self.me = Lease(command, checkpoint, socket.gethostname(), os.getpid(), uuid.uuid4().hex, 0.0)
         self._version: str | None = None
+        #: Until when (``monotonic``) this driver holds the lease: the TTL from its last renewal's send.
+        self._held_until = 0.0
         self._lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def holder(self) -> Lease | None:
-        """Another driver's live lease on the output, else None (nothing is taken)."""
+        """Another driver's lease on the output that looks live, else None (nothing is taken; one
+        that looks expired is only taken after watching it, by ``acquire``)."""
         current, _ = self.store.read()
-        if current is None or verdict(current, self.me, self.clock()) == LeaseVerdict.TAKE:
+        if current is None or verdict(current, self.me, self.clock()) in (LeaseVerdict.TAKE, LeaseVerdict.WATCH):
             return None
         return current
 
     def acquire(self, output: str) -> None:
         """Take the lease, waiting out a crashed driver of this same writer; refuse (exit 2) while
         another writer's lease is live."""
-        said = False
+        said: LeaseVerdict | None = None
+        watch = LeaseWatch()
         while True:
             current, version = self.store.read()
-            now = self.clock()
-            found = verdict(current, self.me, now)
+            unchanged = watch.see(version, self.monotonic())
+            found = verdict(current, self.me, self.clock(), unchanged, self.ttl_s, watch.renewed)
             if found == LeaseVerdict.REFUSE:
                 raise UsageError(f"the output {output} is being written by {current.describe()}: one writing "
                                  f"driver at a time; stop it, or wait for its lease to expire")
-            if found == LeaseVerdict.WAIT:
-                if not said:
-                    self._say(f"the output {output} is leased to {current.describe()}: waiting for it to end "
-                              f"or its lease to expire")
-                    said = True
-                time.sleep(min(max(current.expires_at - now, 0.0) + 0.5, self.ttl_s))
+            if found in (LeaseVerdict.WAIT, LeaseVerdict.WATCH):
+                if said != found:
+                    self._say(f"the output {output} is leased to {current.describe()}: " + (
+                        "waiting for it to end or its lease to expire" if found == LeaseVerdict.WAIT else
+                        f"watching its lease, which must stay unrenewed for {self.ttl_s:g}s before it is taken"))
+                    said = found
+                if found == LeaseVerdict.WAIT and watch.renewed:
+                    watch = LeaseWatch()  # the holder lives on: its TTL is counted anew
+                # Often enough to see a live holder's renewals (every quarter of its TTL).
+                self._sleep(max(0.05, min(self.ttl_s - unchanged, self.ttl_s / 8)))
                 continue
-            taken = self.me.renewed(now, self.ttl_s)
+            sent = self.monotonic()
+            taken = self.me.renewed(self.clock(), self.ttl_s)
             new = self.store.write(taken, version)
             if new is not None:
                 with self._lock:
-                    self.me, self._version = taken, new
+                    self.me, self._version, self._held_until = taken, new, sent + self.ttl_s
                 break  # else another driver wrote in between: read again
         self._thread = threading.Thread(target=self._renew_loop, name="writer-lease", daemon=True)
         self._thread.start()
@@ -207,15 +218,15 @@ class WriterLease:
         before each micro-batch writes.  A lease the thread could not renew in time (the endpoint
         did not answer) is renewed here once more before it counts as lost."""
         with self._lock:
-            lost, expires = self._lost, self.me.expires_at
-        if lost is None and expires - self.clock() < self.ttl_s / 3:
+            lost, until = self._lost, self._held_until
+        if lost is None and until - self.monotonic() < self.ttl_s / 3:
             try:
                 self._renew()
             except Exception as exc:  # noqa: BLE001 - the lease is then lost
                 log.warning("could not renew the writer lease at %s: %s", self.store.location, exc)
             with self._lock:
-                lost, expires = self._lost, self.me.expires_at
-            if lost is None and expires - self.clock() < self.ttl_s / 3:
+                lost, until = self._lost, self._held_until
+            if lost is None and until - self.monotonic() < self.ttl_s / 3:
                 lost = "it could not be renewed in time"
         if lost is not None:
             raise LeaseLost(f"this driver lost its lease on the output ({lost}); it stopped before writing "
@@ -248,6 +259,7 @@ class WriterLease:
             me, version, lost = self.me, self._version, self._lost
         if lost is not None:
             return False
+        sent = self.monotonic()  # the TTL runs from here: the write lands at or after it
         renewed = me.renewed(self.clock(), self.ttl_s)
         new = self.store.write(renewed, version)
         if new is None:
@@ -265,6 +277,6 @@ class WriterLease:
             if new is None:
                 self._lost = f"taken by {current.describe()}" if current is not None else "its object was removed"
                 return False
-            if renewed.expires_at >= self.me.expires_at:
-                self.me, self._version = renewed, new
+            if sent + self.ttl_s >= self._held_until:
+                self.me, self._version, self._held_until = renewed, new, sent + self.ttl_s
         return True

@@ -17,12 +17,14 @@ import enum
 import json
 from dataclasses import asdict, dataclass, replace
 
-__all__ = ["Lease", "LeaseVerdict", "verdict"]
+__all__ = ["Lease", "LeaseVerdict", "LeaseWatch", "verdict"]
 
 
 @dataclass(frozen=True)
 class Lease:
-    """Who writes an output, until when (epoch seconds; 0: released)."""
+    """Who writes an output, until when by its holder's clock (epoch seconds; 0: released).  The
+    time is what a refusal names; whether the lease has expired is watched, not read from it
+    (``LeaseWatch``)."""
 
     command: str  # run, replay, compact
     checkpoint: str | None  # the writer's checkpoint (compact has none)
@@ -62,26 +64,55 @@ class Lease:
 
 
 class LeaseVerdict(enum.Enum):
-    TAKE = "take"  # none held, released, expired, or this holder's own
-    WAIT = "wait"  # held by a previous driver of this same writer: a restart after a crash
+    TAKE = "take"  # none held, released, watched unrenewed for its TTL, or this holder's own
+    WAIT = "wait"  # held by a previous driver of this same writer (a restart after a crash), or a compact
+    WATCH = "watch"  # another writer's, expired by the clocks: taken if it stays unrenewed for the TTL
     REFUSE = "refuse"  # another writer is live
 
 
-def verdict(current: Lease | None, me: Lease, now: float) -> LeaseVerdict:
-    """What ``me`` does on finding ``current``.
+@dataclass
+class LeaseWatch:
+    """How long a reader has seen the stored lease unchanged, on the reader's own monotonic clock.
+
+    Expiry is never read off two machines' clocks: a lease is expired for a reader only once the
+    reader has watched it stay at one version, unrenewed, for the TTL.  Its holder counts the same
+    TTL from when it sent its renewal, and stops writing a third of it early, so the two agree
+    whatever the offset between their clocks, as long as neither runs more than a few percent
+    fast or slow (the README's bound)."""
+
+    version: str | None = None
+    since: float = 0.0
+    #: The lease changed while watched: its holder renews it, so it is live.
+    renewed: bool = False
+
+    def see(self, version: str | None, now: float) -> float:
+        """Seconds the lease has stayed at ``version`` (``now``: the reader's monotonic clock)."""
+        if version != self.version:
+            self.renewed = self.version is not None
+            self.version, self.since = version, now
+        return now - self.since
+
+
+def verdict(current: Lease | None, me: Lease, now: float, unchanged_s: float = 0.0, ttl_s: float = float("inf"),
+            renewed: bool = False) -> LeaseVerdict:
+    """What ``me`` does on finding ``current``, unchanged for ``unchanged_s`` of its own clock
+    (``renewed``: it changed while watched).  ``now`` (the reader's wall clock) only hurries a
+    refusal: a lease whose stated expiry is still ahead is live; an expired-looking one is watched.
 
     A driver restarted on the same checkpoint by the same command (a scheduler's retry after a
     crash) waits for the dead one's lease to expire rather than fail, and a stream waits for a
     ``compact`` to finish (it takes minutes, and the stream's own compaction would do the same);
-    any other live holder is another writer, refused at once."""
-    if current is None or current.expired(now) or current.token == me.token:
+    any other holder is another writer, refused once it shows it is live."""
+    if current is None or current.expires_at == 0.0 or current.token == me.token or unchanged_s >= ttl_s:
         return LeaseVerdict.TAKE
     if current.command == "compact" and me.command != "compact":
         return LeaseVerdict.WAIT
     if current.command == me.command and current.checkpoint is not None and \
             _same(current.checkpoint, me.checkpoint):
         return LeaseVerdict.WAIT
-    return LeaseVerdict.REFUSE
+    if renewed or not current.expired(now):
+        return LeaseVerdict.REFUSE
+    return LeaseVerdict.WATCH
 
 
 def _same(a: str | None, b: str | None) -> bool:

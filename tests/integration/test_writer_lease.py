@@ -8,7 +8,7 @@ import pytest
 from reconstructor.settings import S3Settings
 from reconstructor.core.lease import Lease
 from reconstructor.errors import ReconstructorError, UsageError
-from reconstructor.contract.lease import S3LeaseStore, WriterLease, lease_store
+from reconstructor.contract.lease import LeaseLost, S3LeaseStore, WriterLease, lease_store
 
 pytestmark = pytest.mark.integration
 
@@ -51,3 +51,32 @@ def test_a_bucket_that_does_not_exist_is_named(stack):
         store.read()
     assert "s3a://no-such-bucket/out/_reconstructor/writer.lease" in str(failed.value)
     assert "NoSuchBucket" in str(failed.value)
+
+
+def test_a_driver_whose_clock_runs_ahead_does_not_take_a_live_lease(stack, run_id):
+    """Expiry is not read off the holder's clock: a reader two minutes ahead sees the lease as long
+    expired by the clocks, watches it, finds it renewed, and is refused; once the holder stops
+    renewing (crashed), the reader takes it after watching it unchanged for the TTL on its own
+    clock, whatever the two clocks say."""
+    import time
+
+    output = f"s3a://recon/lease{run_id}/skew"
+    holder = WriterLease(lease_store(output, _s3(stack)), "run", f"{output}/_checkpoints/a", ttl_s=2,
+                         clock=lambda: time.time() - 30)  # a holder whose clock runs behind
+    holder.acquire(output)
+    said: list[str] = []
+    ahead = WriterLease(lease_store(output, _s3(stack)), "replay", f"{output}/_checkpoints/b", ttl_s=2,
+                        clock=lambda: time.time() + 120, say=said.append)
+    with pytest.raises(UsageError) as refused:
+        ahead.acquire(output)
+    assert f"is being written by a run of the checkpoint {output}/_checkpoints/a" in str(refused.value)
+    holder.check()
+
+    holder._stop.set()  # the holder stops renewing: crashed
+    said.clear()
+    ahead.acquire(output)
+    assert len(said) == 1 and said[0].endswith(": watching its lease, which must stay unrenewed for 2s before "
+                                               "it is taken"), said
+    with pytest.raises(LeaseLost):
+        holder.check()
+    ahead.release()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.core.lease import Lease, LeaseVerdict, verdict
+from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, verdict
 from reconstructor.errors import UsageError
 from reconstructor.contract.lease import FileLeaseStore, LeaseLost, WriterLease
 
@@ -23,9 +23,26 @@ def test_a_live_lease_of_another_writer_is_refused_and_an_expired_or_released_on
     assert verdict(None, me, NOW) == LeaseVerdict.TAKE
     assert verdict(lease(), me, NOW) == LeaseVerdict.REFUSE  # two first runs: the second is refused
     assert verdict(lease(command="replay"), lease(token="t-2"), NOW) == LeaseVerdict.REFUSE
-    assert verdict(lease(expires_at=NOW), me, NOW) == LeaseVerdict.TAKE
     assert verdict(lease().released(), me, NOW) == LeaseVerdict.TAKE
     assert verdict(lease(), lease(), NOW) == LeaseVerdict.TAKE  # its own, renewed
+
+
+def test_a_lease_expired_by_the_clocks_is_taken_only_once_watched_unrenewed_for_its_ttl():
+    """The holder's clock may run behind the reader's: its stated expiry proves nothing."""
+    me = lease(checkpoint="s3a://b/other-chk", token="t-2")
+    assert verdict(lease(expires_at=NOW), me, NOW) == LeaseVerdict.WATCH
+    assert verdict(lease(expires_at=NOW), me, NOW, unchanged_s=59.9, ttl_s=60) == LeaseVerdict.WATCH
+    assert verdict(lease(expires_at=NOW), me, NOW, unchanged_s=60, ttl_s=60) == LeaseVerdict.TAKE
+    assert verdict(lease(expires_at=NOW), me, NOW, unchanged_s=1, ttl_s=60, renewed=True) == LeaseVerdict.REFUSE
+    # A live-looking lease is taken too once watched unrenewed for the TTL: its holder's clock ran ahead.
+    assert verdict(lease(expires_at=NOW + 999), me, NOW, unchanged_s=60, ttl_s=60) == LeaseVerdict.TAKE
+
+
+def test_a_watch_counts_from_the_first_sight_of_a_version_and_a_change_is_a_renewal():
+    watch = LeaseWatch()
+    assert watch.see("v1", 10.0) == 0.0 and not watch.renewed
+    assert watch.see("v1", 25.0) == 15.0
+    assert watch.see("v2", 30.0) == 0.0 and watch.renewed
 
 
 def test_a_restarted_driver_of_the_same_writer_waits_and_a_stream_waits_for_a_compact():
@@ -41,19 +58,29 @@ def test_unreadable_text_holds_no_lease():
 
 
 class Clock:
+    """A wall clock and a monotonic one that the test moves, and a sleep that moves both."""
+
     def __init__(self):
         self.now = NOW
 
     def __call__(self):
         return self.now
 
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def moved(store, command, checkpoint, ttl_s, clock: Clock) -> WriterLease:
+    return WriterLease(store, command, checkpoint, ttl_s=ttl_s, clock=clock, monotonic=clock, sleep=clock.sleep,
+                       say=lambda line: None)
+
 
 def test_one_writer_at_a_time_and_a_crashed_ones_successor_takes_over_after_expiry(tmp_path):
     store, clock = FileLeaseStore(tmp_path / "out" / "_reconstructor" / "writer.lease"), Clock()
-    first = WriterLease(store, "run", "chk-1", ttl_s=40, clock=clock)
+    first = moved(store, "run", "chk-1", 40, clock)
     first.acquire("out")
     first.check()
-    other = WriterLease(store, "replay", "chk-2", ttl_s=40, clock=clock)
+    other = moved(store, "replay", "chk-2", 40, clock)
     with pytest.raises(UsageError) as refused:
         other.acquire("out")
     assert str(refused.value).startswith("the output out is being written by a run of the checkpoint chk-1 on ")
@@ -62,7 +89,9 @@ def test_one_writer_at_a_time_and_a_crashed_ones_successor_takes_over_after_expi
     first._stop.set()  # the first driver stops renewing (crashed), and its time runs out
     clock.now += 41
     assert other.holder() is None
-    other.acquire("out")
+    before = clock.now
+    other.acquire("out")  # after watching it unrenewed for the TTL
+    assert clock.now - before >= 40
     with pytest.raises(LeaseLost):
         first.check()
     other.release()
@@ -130,7 +159,7 @@ def test_a_renewal_whose_answer_was_lost_is_found_to_be_this_drivers_own_and_the
 
 def test_a_lease_the_thread_could_not_renew_in_time_is_renewed_before_the_next_write(tmp_path):
     store, clock = FileLeaseStore(tmp_path / "writer.lease"), Clock()
-    held = WriterLease(store, "run", "chk-1", ttl_s=60, clock=clock)
+    held = moved(store, "run", "chk-1", 60, clock)
     held.acquire("out")
     held._stop.set()  # the endpoint did not answer the thread's renewals
     clock.now += 50
