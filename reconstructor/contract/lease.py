@@ -52,6 +52,10 @@ class LeaseStore(Protocol):
         its new version, or None when another driver wrote in between."""
 
 
+#: The (endpoint, bucket) pairs whose conditional writes this process has seen honoured.
+_PROBED: set[tuple[str, str]] = set()
+
+
 class S3LeaseStore:
     """The lease as an S3 object, replaced by conditional PUTs (S3 has honoured ``If-None-Match``
     and ``If-Match`` on PUT since 2024; the local stack's endpoint does too)."""
@@ -96,6 +100,37 @@ class S3LeaseStore:
         except BotoCoreError as exc:
             raise self._failure(exc) from None
         return put["ETag"]
+
+    def probe(self) -> None:
+        """Refuse (exit 2) an endpoint that does not honour conditional writes, on which a lease
+        excludes no one: a scratch object beside the lease is created, created again under
+        ``If-None-Match: *`` and replaced under an ``If-Match`` it does not match, both of which
+        must fail, then deleted.  Once per endpoint and bucket in a process (``_PROBED``)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if (self._client.meta.endpoint_url, self.bucket) in _PROBED:
+            return
+        key = f"{self.key.rpartition('/')[0]}/probe-{uuid.uuid4().hex}".lstrip("/")
+        ignored = []
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=b"1", IfNoneMatch="*")
+            for header, condition in (("If-None-Match", {"IfNoneMatch": "*"}),
+                                      ("If-Match", {"IfMatch": '"not-its-etag"'})):
+                try:
+                    self._client.put_object(Bucket=self.bucket, Key=key, Body=b"2", **condition)
+                    ignored.append(header)
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "412",
+                                                                         "ConditionalRequestConflict", "409"):
+                        raise
+            self._client.delete_object(Bucket=self.bucket, Key=key)
+        except (BotoCoreError, ClientError) as exc:
+            raise self._failure(exc) from None
+        if ignored:
+            raise UsageError(f"the S3 endpoint {self._client.meta.endpoint_url} does not honour conditional writes "
+                             f"({' and '.join(ignored)} were ignored on s3a://{self.bucket}/{key}): the writer lease "
+                             "cannot keep a second driver out there")
+        _PROBED.add((self._client.meta.endpoint_url, self.bucket))
 
     def _failure(self, exc: Exception) -> ReconstructorError:
         """S3's answer, naming the lease's object (``failures.explain`` names the setting)."""
@@ -182,7 +217,10 @@ class WriterLease:
 
     def acquire(self, output: str) -> None:
         """Take the lease, waiting out a crashed driver of this same writer; refuse (exit 2) while
-        another writer's lease is live."""
+        another writer's lease is live, or on a store whose conditional writes are not honoured."""
+        probe = getattr(self.store, "probe", None)
+        if probe is not None:
+            probe()
         said: LeaseVerdict | None = None
         watch = LeaseWatch()
         while True:

@@ -80,3 +80,48 @@ def test_a_driver_whose_clock_runs_ahead_does_not_take_a_live_lease(stack, run_i
     with pytest.raises(LeaseLost):
         holder.check()
     ahead.release()
+
+
+def test_an_endpoint_that_ignores_conditional_writes_is_refused(stack, run_id, tmp_path):
+    """A store that drops ``If-None-Match`` and ``If-Match`` lets every driver take the lease: the
+    lease's probe finds it out before any is taken (the local endpoint, started here without them)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import boto3
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    log = open(tmp_path / "s3.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "workbench.s3server", "--port", str(port),
+                               "--ignore-conditional-writes"], stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        s3 = S3Settings(endpoint=endpoint, region=stack.S3_REGION, access_key=stack.S3_ACCESS_KEY,
+                        secret_key=stack.S3_SECRET_KEY, path_style=True)
+        client = boto3.client("s3", endpoint_url=endpoint, region_name=stack.S3_REGION,
+                              aws_access_key_id=stack.S3_ACCESS_KEY, aws_secret_access_key=stack.S3_SECRET_KEY)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.create_bucket(Bucket="loose")
+                break
+            except Exception:
+                assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "s3.log").read_text()
+                time.sleep(0.5)
+        output = f"s3a://loose/lease{run_id}/out"
+        lease = WriterLease(lease_store(output, s3), "run", f"{output}/_checkpoints/a", ttl_s=60)
+        with pytest.raises(UsageError) as refused:
+            lease.acquire(output)
+        assert str(refused.value).startswith(
+            f"the S3 endpoint {endpoint} does not honour conditional writes (If-None-Match and If-Match were "
+            f"ignored on s3a://loose/lease{run_id}/out/_reconstructor/probe-"), refused.value
+        assert str(refused.value).endswith("): the writer lease cannot keep a second driver out there")
+        assert lease_store(output, s3).read() == (None, None)  # no lease was taken
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
