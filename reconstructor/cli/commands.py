@@ -320,7 +320,7 @@ def compact(args) -> int:
         spark = _spark(cfg, "reconstructor-compact")
         report = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
                            retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1),
-                           min_files=args.min_files).run()
+                           min_files=args.min_files, lease_check=lease.check if lease is not None else None).run()
     finally:
         if lease is not None:
             lease.release()

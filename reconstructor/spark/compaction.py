@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -58,12 +59,16 @@ class CompactionReport:
 
 class Compactor:
     def __init__(self, spark: SparkSession, output: str, *, grace_s: float = 900,
-                 retention_hours: float = DEFAULT_RETENTION_HOURS, min_files: int = 4):
+                 retention_hours: float = DEFAULT_RETENTION_HOURS, min_files: int = 4,
+                 lease_check: Callable[[], None] | None = None):
         self.spark = spark
         self.output = output
         self.grace_s = grace_s
         self.retention_hours = retention_hours
         self.min_files = min_files
+        #: The writer lease's check (``WriterLease.check``): each OPTIMIZE commits, and each VACUUM
+        #: deletes, only right after it finds the lease still this driver's.
+        self.lease_check = lease_check or (lambda: None)
 
     def files_per_hour(self) -> dict[str, int]:
         """Files of each hour partition, from the Delta log only (no data is read)."""
@@ -85,6 +90,7 @@ class Compactor:
         return closed
 
     def optimize_hour(self, hour: str) -> HourReport:
+        self.lease_check()
         table = DeltaTable.forPath(self.spark, table_path(self.output, ROW_CHANGES))
         metrics = table.optimize().where(f"hour = '{hour}'").executeCompaction().collect()[0].metrics
         removed, added = metrics.filesRemoved, metrics.filesAdded
@@ -107,6 +113,7 @@ class Compactor:
             path = table_path(self.output, name)
             if not DeltaTable.isDeltaTable(spark, path):  # an output written before the table existed
                 continue
+            self.lease_check()
             DeltaTable.forPath(spark, path).vacuum(self.retention_hours)
             done.append(name)
         return done

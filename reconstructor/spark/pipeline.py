@@ -235,7 +235,7 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     record_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
     record_output(spark, checkpoint, cfg.output)
     writer = _writer(out, sinks, cfg, query_name)
-    background = _compactor(spark, cfg, vacuum_in_stream)
+    background = _compactor(spark, cfg, vacuum_in_stream, lease_check)
     query = _start(spark, writer, cfg)
     sinks.set_query_id(query.id)  # the checkpoint's own id: the batches wait for it
     try:
@@ -294,12 +294,12 @@ def _writer(out: DataFrame, sinks: DeltaSinks, cfg: Settings, query_name: str | 
     return writer.trigger(processingTime=f"{_ms(cfg.trigger.interval)} milliseconds")
 
 
-def _compactor(spark: SparkSession, cfg: Settings, vacuum: bool) -> BackgroundCompactor | None:
-    """The in-stream compactor, when ``compact_every`` is set."""
+def _compactor(spark: SparkSession, cfg: Settings, vacuum: bool, lease_check=None) -> BackgroundCompactor | None:
+    """The in-stream compactor, when ``compact_every`` is set, under the writer lease's check."""
     if cfg.compact_every is None:
         return None
     compactor = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
-                          retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1))
+                          retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1), lease_check=lease_check)
     return BackgroundCompactor(compactor, cfg.compact_every.total_seconds(), vacuum=vacuum)
 
 

@@ -228,3 +228,26 @@ def test_a_vacuum_lists_a_small_table_with_a_few_tasks_not_thousands(spark, tmp_
     assert tasks, "the VACUUM ran no Spark job"
     # Each of its many small jobs in a few tasks per core (4 shuffle partitions here).
     assert max(tasks) <= 4 * spark.sparkContext.defaultParallelism, f"{sum(tasks)} tasks in {len(tasks)} stages"
+
+
+def test_a_compactor_that_lost_the_writer_lease_optimizes_and_vacuums_nothing(spark, tmp_path):
+    """OPTIMIZE commits and VACUUM deletes only right after the lease is found this driver's: once
+    another driver holds the output, the compactor stops before touching a table."""
+    from reconstructor.contract.lease import LeaseLost
+
+    out = str(tmp_path / "out")
+    _closed_hours_table(spark, out)
+    before = _operations(spark, f"{out}/row_changes")
+    checks = []
+
+    def lost():
+        checks.append(1)
+        raise LeaseLost("this driver lost its lease on the output (taken by another)")
+
+    with pytest.raises(LeaseLost):
+        Compactor(spark, out, grace_s=0, min_files=1, lease_check=lost).run()
+    assert checks == [1]
+    assert _operations(spark, f"{out}/row_changes") == before
+    with pytest.raises(LeaseLost):
+        Compactor(spark, out, grace_s=0, min_files=1, lease_check=lost).vacuum()
+    assert _operations(spark, f"{out}/row_changes") == before

@@ -148,6 +148,7 @@ class DeltaSinks:
             keep(self.timings, batch_id, BatchTimings(computed - started, appended - computed, merged - appended,
                                                       tables))
             if batch_id % LIVE_COMPACTION_EVERY == LIVE_COMPACTION_EVERY - 1:
+                self._stops.check_lease()  # each OPTIMIZE commits right after the lease is found held
                 compact_live_tables(self.spark, self.output)
             if self.on_counts is not None:
                 self.on_counts(batch_id, counts_of(stats, resync_requests=asked))
