@@ -12,7 +12,7 @@ FLEET_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: help venv jars up down status test test-unit test-integration test-slow fuzz bench bench-fleet bench-core demo smoke wheel clean
+.PHONY: help venv jars up down status test test-unit test-integration test-slow test-all fuzz bench bench-fleet bench-core demo smoke wheel clean
 
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
@@ -20,6 +20,7 @@ help:
 	@echo "                       (on TEST_WORKERS=2 pytest workers; TEST_WORKERS=1 for one process)"
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
+	@echo "make test-all          both in one run (what CI runs)"
 	@echo "make fuzz              the fuzz suite, the engines' differential test and verify's property test on a new seed (FUZZ_EXAMPLES=40)"
 	@echo "make bench             end-to-end benchmarks (reconstructor vs stateless limit vs peer, state scaling)"
 	@echo "                       -> bench-results.json; BENCH_ARGS='throughput --updates 500' to narrow"
@@ -66,11 +67,13 @@ down:
 status: venv
 	@$(STACK) status
 
-# `make test` runs its files on TEST_WORKERS pytest workers (pytest-xdist), each with a SparkSession
-# of its own, one file to a worker: the integration tests wait on the broker, S3, triggers and
-# timeouts about a third of their time, which the other worker uses.  TEST_WORKERS=1: one process.
+# `make test` and `make test-slow` run their files on TEST_WORKERS pytest workers (pytest-xdist),
+# each with a SparkSession of its own, one file to a worker: the integration tests wait on the
+# broker, S3, triggers and timeouts about a third of their time, which the other worker uses.  The
+# files go out longest first (tests/conftest.py orders them; --no-loadscope-reorder keeps that
+# order), so that the run ends on short ones.  TEST_WORKERS=1: one process.
 TEST_WORKERS ?= 2
-PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,)
+PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
 
 test: jars
 	@$(STACK) up
@@ -85,7 +88,13 @@ test-integration: jars
 
 test-slow: jars
 	@$(STACK) up
-	@rc=0; $(VPY) -m pytest -m slow $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+	@rc=0; $(VPY) -m pytest -m slow $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+
+# CI's run: the tests of `make test` and of `make test-slow` in one pytest run on the same workers,
+# so that the crash trials start first, beside the other files, instead of after them.
+test-all: jars
+	@$(STACK) up
+	@rc=0; $(VPY) -m pytest $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 FUZZ_EXAMPLES ?= 40
 
