@@ -117,9 +117,12 @@ def test_replay_with_the_main_config_leaves_the_main_checkpoint_alone(stack, spa
 
 
 def test_a_run_on_a_replays_checkpoint_behind_the_writer_is_refused_naming_how_far_behind(
-        stack, spark, run_id, tmp_path, capsys):
+        stack, spark, run_id, tmp_path, capsys, monkeypatch):
     """A replay's checkpoint takes over as writer only at or past where the writer got to: each
-    batch's commits record its offsets.  Behind, it would append again what the writer wrote."""
+    batch's commits record its offsets.  Behind, it would append again what the writer wrote; and
+    the writer's last commit is found however many commits came after it (here more than the first
+    look at the history reads)."""
+    from reconstructor.spark.sinks import history
     from reconstructor.cli import main as cli_main
 
     spec, messages, half = _fleet(f"wstale{run_id}-sensor-")
@@ -132,6 +135,10 @@ def test_a_run_on_a_replays_checkpoint_behind_the_writer_is_refused_naming_how_f
     assert code == 0, capsys.readouterr().err[-2000:]
     produce(spec, messages[half:], 2, create=False)
     run(spark, pattern, out, chk)  # the writer goes on past the replay
+    monkeypatch.setattr(history, "HISTORY_SEARCHED", 2)
+    for name in ("row_changes", "current_rows", "sessions", "violations"):
+        for i in range(3):  # commits by no writer after the writer's last: it is past the first look
+            spark.sql(f"ALTER TABLE delta.`{out}/{name}` SET TBLPROPERTIES ('test.after' = '{i}')")
     before = table_versions(spark, out)
 
     capsys.readouterr()

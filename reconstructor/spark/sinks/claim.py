@@ -15,7 +15,7 @@ from reconstructor.contract.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, Ta
                                            takeover_refusal, with_replay)
 from reconstructor.errors import UsageError
 from reconstructor.spark.catalog import path_ref
-from reconstructor.spark.sinks.history import committed_offsets, recorded_offsets
+from reconstructor.spark.sinks.history import committed_offsets, writer_offsets
 from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.sinks.tables import OutputTables
 from reconstructor.spark.transactions import side_by_side
@@ -55,9 +55,15 @@ class WriterClaim:
             return None
         writer = writers.pop()
         spark = self.tables.spark
-        # Each table's last commit by the writer: a batch may have ended between two tables.
-        written = furthest(next(iter(recorded_offsets(spark, self.tables.path(name), writer)), {})
-                           for name in TABLES)
+        # Each table's last commit by the writer, however far back: a batch may have ended between
+        # two tables.  Every batch commits to the live tables, so one of them holds its last.
+        found = [writer_offsets(spark, self.tables.path(name), writer) for name in TABLES]
+        written = furthest(f for f in found if f)
+        if not written and None in found:
+            return (f"the tables under {self.tables.output} no longer hold the commits of their writer, query "
+                    f"{writer}, in their logs (older than delta.logRetentionDuration): how far it got cannot be "
+                    f"told, so the checkpoint {checkpoint.location} cannot take over from it; replay into a new "
+                    "output instead")
         if not written:
             return None
         return takeover_refusal(writer, written, checkpoint, committed_offsets(spark, checkpoint),

@@ -28,6 +28,26 @@ def recorded_offsets(spark: SparkSession, path: str, writer: str | None) -> Iter
             yield found
 
 
+def writer_offsets(spark: SparkSession, path: str, writer: str) -> dict | None:
+    """The offsets of ``writer``'s newest commit to the table, searched back through the whole
+    history its log keeps, however many commits came after it; {} when the log is whole and none
+    of its commits records them (the writer never wrote the table, or wrote it as an earlier
+    version); None when the log no longer reaches back to the table's first commit, so the
+    writer's may have been cleaned from it (``delta.logRetentionDuration``)."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return {}
+    table = DeltaTable.forPath(spark, path)
+    for limit in (HISTORY_SEARCHED, None):
+        commits = (table.history(limit) if limit else table.history()).select("version", "userMetadata").collect()
+        for r in commits:
+            found = offsets_in_metadata(r.userMetadata, writer)
+            if found is not None:
+                return found
+        if limit is not None and len(commits) < limit:
+            break
+    return None if commits and min(r.version for r in commits) > 0 else {}
+
+
 def committed_offsets(spark: SparkSession, checkpoint) -> dict:
     """The Kafka offsets the checkpoint's last committed batch ended at ({} before any)."""
     if checkpoint.last_committed is None:
