@@ -12,7 +12,7 @@ FLEET_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: help venv jars up down status test test-unit test-integration test-slow test-all fuzz bench bench-fleet bench-core demo smoke wheel clean
+.PHONY: help venv jars up down status test test-unit test-integration test-slow fuzz bench bench-fleet bench-core demo smoke wheel clean
 
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
@@ -20,7 +20,7 @@ help:
 	@echo "                       (on TEST_WORKERS=2 pytest workers; TEST_WORKERS=1 for one process)"
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
-	@echo "make test-all          both in one run (what CI runs)"
+	@echo "make test WITH_SLOW=1  both in one run (what CI runs)"
 	@echo "make fuzz              the fuzz suite, the engines' differential test and verify's property test on a new seed (FUZZ_EXAMPLES=40)"
 	@echo "make bench             end-to-end benchmarks (reconstructor vs stateless limit vs peer, state scaling)"
 	@echo "                       -> bench-results.json; BENCH_ARGS='throughput --updates 500' to narrow"
@@ -74,10 +74,13 @@ status: venv
 # order), so that the run ends on short ones.  TEST_WORKERS=1: one process.
 TEST_WORKERS ?= 2
 PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
+# Which tests `make test` runs; CI sets WITH_SLOW=1 to run the slow suites in the same run, on the
+# same workers, so that the crash trials start first, beside the other files, not after them.
+TEST_MARK = $(if $(WITH_SLOW),slow or not slow,not slow)
 
 test: jars
 	@$(STACK) up
-	@rc=0; $(VPY) -m pytest -m "not slow" $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
+	@rc=0; $(VPY) -m pytest -m "$(TEST_MARK)" $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 test-unit: venv
 	@$(VPY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -90,11 +93,6 @@ test-slow: jars
 	@$(STACK) up
 	@rc=0; $(VPY) -m pytest -m slow $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
-# CI's run: the tests of `make test` and of `make test-slow` in one pytest run on the same workers,
-# so that the crash trials start first, beside the other files, instead of after them.
-test-all: jars
-	@$(STACK) up
-	@rc=0; $(VPY) -m pytest $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 FUZZ_EXAMPLES ?= 40
 

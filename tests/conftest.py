@@ -20,8 +20,8 @@ os.environ.setdefault("RECON_SPARK_LOG_LEVEL", "ERROR")
 
 
 # The files that take longest, with their seconds on a test worker in CI (rough: only their order
-# counts).  On pytest-xdist workers (`make test`, `make test-slow`, `make test-all`: `--dist loadfile
-# --no-loadscope-reorder`) the files are handed out in collection order, one at a time, and a worker
+# counts).  On pytest-xdist workers (`make test`, with or without WITH_SLOW=1, and `make test-slow`:
+# `--dist loadfile --no-loadscope-reorder`) the files are handed out in collection order, one at a time, and a worker
 # takes its next file before it starts the last test of the one it has: the longest go first, so
 # that the run ends on short files, and never on one worker finishing a file of four minutes while
 # the other has nothing left.  (xdist's own order, most tests first, put the single-test files of
