@@ -158,8 +158,7 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
     recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
     while True:
         try:
-            _query(spark, cfg, restarts, progress, recorded, replay, metrics, signals,
-                   lease.check if lease is not None else None)
+            _query(spark, cfg, restarts, progress, recorded, replay, metrics, signals, lease)
             break
         except RunAgain as again:  # not a failure: the batch runs again from the checkpoint
             print(f"reconstructor: {again}", file=sys.stderr, flush=True)
@@ -183,11 +182,11 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
 
 
 def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, replay: bool,
-           metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease_check=None) -> None:
+           metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease=None) -> None:
     from reconstructor.spark.pipeline import start
 
-    running = start(spark, cfg, replay=replay,
-                    on_counts=metrics.count if metrics is not None else None, lease_check=lease_check)
+    running = start(spark, cfg, replay=replay, on_counts=metrics.count if metrics is not None else None,
+                    lease_check=lease.check if lease is not None else None)
     report = progress or functools.partial(_log_progress, running.sinks.recorded, cfg)
 
     def on_progress(p: dict) -> None:
@@ -199,6 +198,8 @@ def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, r
                                   stop=signals.request if signals is not None else None)
     finally:
         running.stop()
+        if running.left_writing and lease is not None:
+            lease.keep()  # a commit of this driver may still land: the lease is not given up under it
         if progress is not None:
             progress.end_line()
         recorded.update(running.sinks.recorded)

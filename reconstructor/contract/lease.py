@@ -270,6 +270,16 @@ class WriterLease:
             raise LeaseLost(f"this driver lost its lease on the output ({lost}); it stopped before writing "
                             f"again: the next run continues from the checkpoint")
 
+    def keep(self) -> None:
+        """Stop renewing the lease and never release it: a write of this driver may still commit,
+        so the next writer waits for the lease to expire rather than take it now."""
+        self._stop.set()
+        with self._lock:
+            if self._lost is None and self._version is not None:
+                self._lost = "kept until it expires: a write of this driver may still commit"
+                self._say(f"the writer lease at {self.store.location} is left to expire (in {self.ttl_s:g}s at "
+                          "most): a write of this driver was still in flight when it stopped")
+
     def release(self) -> None:
         """Give the lease up (the next writer need not wait for it to expire)."""
         self._stop.set()

@@ -59,6 +59,9 @@ class RunningPipeline:
         self.compactor = compactor
         self._stopped = False
         self._signals: StopRequest | None = None  # the stop request the query is awaited with
+        #: After ``stop``: a batch or a compaction of this driver was still writing when it returned,
+        #: and may yet commit; its writer lease must then be left to expire, not released.
+        self.left_writing = False
 
     def await_termination(self, *, poll_s: float = 0.5, on_progress=None,
                           stop: StopRequest | None = None) -> None:
@@ -160,6 +163,9 @@ class RunningPipeline:
         finally:
             if self.compactor is not None:
                 _bounded(self.compactor.stop, within, stop)
+            # The batch's own threads outlive the query's stop: wait for them as long as the stop.
+            self.left_writing = (self.sinks.writing(0.0 if stop is not None and stop.at_once else within)
+                                 or (self.compactor is not None and self.compactor.running))
 
     def last_progress(self) -> dict | None:
         return progress_dict(self.query.lastProgress)

@@ -161,3 +161,47 @@ def test_a_second_signal_abandons_the_batch_in_flight_at_once():
     assert request.next_step(4, _progress(4), trigger_active=True, now=1003.0) is StopStep.ABANDON
     assert request.next_step(4, _progress(4), trigger_active=False, now=1003.0) is StopStep.STOP
     assert "abandoned on a second signal" in str(request.stopped(abandoned=True))
+
+
+class _Query:
+    def stop(self):
+        pass
+
+
+class _Sinks:
+    """A batch whose own threads are still writing (or not) after the query stopped."""
+
+    def __init__(self, writing: bool):
+        self._writing, self.waited = writing, []
+
+    def writing(self, wait_s: float = 0.0) -> bool:
+        self.waited.append(wait_s)
+        return self._writing
+
+
+@pytest.mark.parametrize("writing", [True, False])
+def test_a_stop_that_leaves_a_batch_writing_says_so_and_its_lease_is_kept_not_released(tmp_path, writing):
+    """A query stopped under a batch does not stop the batch's threads, which may still commit: the
+    stop waits for them as long as it waits for the query, and when they outlast it the writer
+    lease is left to expire instead of being released under a commit still to land."""
+    from reconstructor.contract.lease import FileLeaseStore, WriterLease
+    from reconstructor.spark.pipeline import RunningPipeline
+
+    request = StopRequest(awaiting=True)
+    request.receive(signal.SIGTERM, now=1.0)
+    sinks = _Sinks(writing)
+    running = RunningPipeline(_Query(), sinks)  # type: ignore[arg-type]
+    running.stop(within=3.0, stop=request)
+    assert running.left_writing is writing and sinks.waited == [3.0]
+
+    said: list[str] = []
+    store = FileLeaseStore(tmp_path / "writer.lease")
+    lease = WriterLease(store, "run", "chk", ttl_s=60, say=said.append)
+    lease.acquire("out")
+    if running.left_writing:
+        lease.keep()
+    lease.release()
+    held = store.read()[0]
+    assert (held.expires_at > 0) is writing  # kept: it expires; else released (0)
+    assert bool(said) is writing and (not said or said[0].endswith(
+        "is left to expire (in 60s at most): a write of this driver was still in flight when it stopped"))

@@ -3,6 +3,7 @@ that makes each batch's writes exactly-once (``reconstructor.spark.sinks``)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -69,6 +70,8 @@ class DeltaSinks:
         self._stops = BatchStops(self.loss_check, self.loss_registry, self.lease_check)
         self._ahead = SessionsAhead(self.spark, self.output, where={})
         self._writers = TableWriters(self.spark)
+        self._idle = threading.Event()  # set while no batch is writing (``writing``)
+        self._idle.set()
         self._fleet = (FleetLedger(self.spark, self.output, self.chain_key)
                        if self.chain_key is not None and self.chain_key.scheme == HMAC_SHA256 else None)
 
@@ -119,9 +122,22 @@ class DeltaSinks:
         """Wait for ``start_creating_tables``; its failure as one line."""
         self._tables.await_created()
 
+    def writing(self, wait_s: float = 0.0) -> bool:
+        """Whether a batch is still writing after waiting up to ``wait_s`` for it to end: a query
+        stopped under a batch does not stop the batch's own threads, which may still commit."""
+        return not self._idle.wait(wait_s)
+
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
-        """The foreachBatch function: the batch computed once, into the cache; checked; then the
-        appends, then the MERGEs side by side."""
+        """The foreachBatch function, timed as in flight (``writing``)."""
+        self._idle.clear()
+        try:
+            self._write_batch(batch, batch_id)
+        finally:
+            self._idle.set()
+
+    def _write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """The batch computed once, into the cache; checked; then the appends, then the MERGEs side
+        by side."""
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         started = time.perf_counter()
         try:
