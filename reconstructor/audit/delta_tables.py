@@ -17,11 +17,7 @@ from deltalake.exceptions import TableNotFoundError
 from reconstructor.settings import S3Settings
 from reconstructor.errors import ReconstructorError
 from reconstructor.contract.tables import table_path
-from reconstructor.contract.writer import FleetRecord, fleet_in_metadata
-
-#: How many of a table's newest commits are read first for its newest fleet seal: every commit a
-#: keyed batch makes carries one, so the newest is nearly always among them.
-_FLEET_LOOKBACK = 64
+from reconstructor.contract.writer import FLEET_LOOKBACK, FleetRecord, fleet_in_metadata, newest_first
 
 
 def delta_uri(uri: str) -> str:
@@ -78,16 +74,8 @@ class OutputTables:
     def newest_fleet(self, name: str) -> FleetRecord | None:
         """The fleet seal of the table's newest commit that records one, among the commits its log
         still holds; None when none does."""
-        table = self.table(name)
-        for limit in (_FLEET_LOOKBACK, None):
-            commits = table.history(limit)
-            for commit in commits:
-                found = fleet_in_metadata(commit.get("userMetadata"))
-                if found is not None:
-                    return found
-            if limit is not None and len(commits) < limit:
-                return None
-        return None
+        commits = newest_first(self.table(name).history, FLEET_LOOKBACK)
+        return next((f for c in commits if (f := fleet_in_metadata(c.get("userMetadata"))) is not None), None)
 
     def columns(self, name: str) -> list[str]:
         return [f.name for f in self.table(name).schema().fields]

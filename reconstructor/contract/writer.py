@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
 
 #: Table property naming the query id of the checkpoint that writes the tables (``run`` sets it).
 WRITER_PROPERTY = "reconstructor.writer"
@@ -132,6 +135,21 @@ def batch_metadata(query_id: str, batch_id: int, end_offsets, fleet: dict | None
     if fleet is not None:
         record[FLEET_METADATA_KEY] = fleet
     return json.dumps(record, separators=(",", ":"))
+
+
+#: How many of a table's newest commits are read first for its newest fleet seal: every commit a
+#: keyed batch makes carries one, so the newest is nearly always among them.
+FLEET_LOOKBACK = 64
+
+
+def newest_first(history: Callable[[int | None], Sequence[T]], first: int) -> Iterator[T]:
+    """A table's commits, newest first, from ``history(limit)`` (Delta's ``DESCRIBE HISTORY``
+    through Spark or delta-rs; None: the whole log): the newest ``first`` read first, the rest of
+    the log only when a search goes past them."""
+    commits = history(first)
+    yield from commits
+    if len(commits) >= first:
+        yield from list(history(None))[len(commits):]
 
 
 def stamp_metadata(fleet: dict) -> str:

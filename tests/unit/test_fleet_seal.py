@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from pyspark.sql import Row
 
 from reconstructor.audit.fleet_check import FleetCheck
-from reconstructor.contract.writer import FleetRecord, batch_metadata, fleet_in_metadata, stamp_metadata
+from reconstructor.contract.writer import (FleetRecord, batch_metadata, fleet_in_metadata, newest_first,
+                                           stamp_metadata)
 from reconstructor.core.chain import ChainKey
 from reconstructor.core.fleet_seal import (FLEET_DOMAIN, MEMBER_DOMAIN, FleetSeal, TableSum, canonical_violation,
                                       session_member, violation_member)
@@ -223,3 +224,18 @@ def test_a_batch_cut_after_its_violations_commit_seals_them_once_when_run_again(
     ledger.violations_committed()  # then the run stopped before its sessions commit
     # Run again, a replay's insert finds the row present and adds nothing: the seal is the same.
     assert ledger.seal("q", 0, rows, TableSum()) == first
+
+
+def test_a_history_is_searched_newest_first_and_read_whole_only_past_its_first_look():
+    log = list(range(9, -1, -1))  # versions, newest first
+    reads = []
+
+    def history(limit):
+        reads.append(limit)
+        return log[:limit] if limit else log
+
+    assert next(v for v in newest_first(history, 4) if v == 8) == 8 and reads == [4]
+    reads.clear()
+    assert list(newest_first(history, 4)) == log and reads == [4, None]  # each commit once
+    reads.clear()
+    assert list(newest_first(lambda limit: (reads.append(limit), log[:3])[1], 4)) == log[:3] and reads == [4]

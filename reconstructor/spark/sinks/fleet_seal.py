@@ -25,32 +25,21 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from reconstructor.contract.tables import SESSIONS, VIOLATIONS, table_path
-from reconstructor.contract.writer import FleetRecord, fleet_in_metadata
+from reconstructor.contract.writer import FLEET_LOOKBACK, FleetRecord, fleet_in_metadata, newest_first
 from reconstructor.core.chain import ChainKey
 from reconstructor.core.fleet_seal import VIOLATION_FIELDS, FleetSeal, TableSum, session_member, violation_member
 from reconstructor.spark.sinks.ahead import HistoryPoint, at_or_after, history_point
+from reconstructor.spark.sinks.history import commit_history
 
 __all__ = ["FleetLedger", "newest_fleet", "violations_sum"]
-
-# How many of a table's newest commits are read first for its newest fleet seal.
-_LOOKBACK = 64
-
 
 def newest_fleet(spark: SparkSession, path: str) -> FleetRecord | None:
     """The fleet seal of the table's newest commit that records one; None when none does (or there
     is no table)."""
     if not DeltaTable.isDeltaTable(spark, path):
         return None
-    table = DeltaTable.forPath(spark, path)
-    for limit in (_LOOKBACK, None):
-        commits = (table.history(limit) if limit else table.history()).select("userMetadata").collect()
-        for commit in commits:
-            found = fleet_in_metadata(commit.userMetadata)
-            if found is not None:
-                return found
-        if limit is not None and len(commits) < limit:
-            return None
-    return None
+    commits = newest_first(commit_history(DeltaTable.forPath(spark, path)), FLEET_LOOKBACK)
+    return next((f for c in commits if (f := fleet_in_metadata(c.userMetadata)) is not None), None)
 
 
 def violations_sum(rows: DataFrame, key: ChainKey) -> TableSum:

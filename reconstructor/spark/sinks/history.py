@@ -3,12 +3,12 @@ checkpoint's last committed batch ended at.  The writer claim and ``ahead`` comp
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from reconstructor.contract.writer import offsets_in_metadata
+from reconstructor.contract.writer import newest_first, offsets_in_metadata
 from reconstructor.core.data_loss import offsets_from_log
 from reconstructor.spark.checkpoint import read_checkpoint_file
 
@@ -28,6 +28,13 @@ def recorded_offsets(spark: SparkSession, path: str, writer: str | None) -> Iter
             yield found
 
 
+def commit_history(table: DeltaTable) -> Callable[[int | None], list]:
+    """``table``'s ``history(limit)`` as rows of (version, userMetadata), newest first (None: the
+    whole log), for ``contract.writer.newest_first``."""
+    return lambda limit: (table.history(limit) if limit else table.history()).select(
+        "version", "userMetadata").collect()
+
+
 def writer_offsets(spark: SparkSession, path: str, writer: str) -> dict | None:
     """The offsets of ``writer``'s newest commit to the table, searched back through the whole
     history its log keeps, however many commits came after it; {} when the log is whole and none
@@ -36,16 +43,13 @@ def writer_offsets(spark: SparkSession, path: str, writer: str) -> dict | None:
     writer's may have been cleaned from it (``delta.logRetentionDuration``)."""
     if not DeltaTable.isDeltaTable(spark, path):
         return {}
-    table = DeltaTable.forPath(spark, path)
-    for limit in (HISTORY_SEARCHED, None):
-        commits = (table.history(limit) if limit else table.history()).select("version", "userMetadata").collect()
-        for r in commits:
-            found = offsets_in_metadata(r.userMetadata, writer)
-            if found is not None:
-                return found
-        if limit is not None and len(commits) < limit:
-            break
-    return None if commits and min(r.version for r in commits) > 0 else {}
+    oldest = 0
+    for r in newest_first(commit_history(DeltaTable.forPath(spark, path)), HISTORY_SEARCHED):
+        found = offsets_in_metadata(r.userMetadata, writer)
+        if found is not None:
+            return found
+        oldest = r.version
+    return None if oldest > 0 else {}
 
 
 def committed_offsets(spark: SparkSession, checkpoint) -> dict:
