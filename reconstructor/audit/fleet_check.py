@@ -47,12 +47,14 @@ def _differs(table: str, held: TableSum, sealed: TableSum) -> ChainBreak:
 
 
 class FleetCheck:
-    """The fleet seal of one output, over all its rows (``sessions`` and ``violations`` as dicts,
-    whatever topics the rest of ``verify`` checks) and the newest seal each table's history holds."""
+    """The fleet seal of one output, over all its rows whatever topics the rest of ``verify``
+    checks (``session_seals``: each ``sessions`` row's ``chain_seal``; ``violations``: each
+    ``violations`` row as a dict of ``VIOLATION_FIELDS``), and the newest seal each table's history
+    holds."""
 
-    def __init__(self, sessions: list[dict], violations: list[dict], in_sessions: FleetRecord | None,
+    def __init__(self, session_seals: list[str | None], violations: list[dict], in_sessions: FleetRecord | None,
                  in_violations: FleetRecord | None, key: ChainKey):
-        self.sessions, self.violations = sessions, violations
+        self.session_seals, self.violations = session_seals, violations
         self.in_sessions, self.in_violations = in_sessions, in_violations
         self.key = key
         #: The seal the tables were checked against; None: the output has none (``check``).
@@ -67,7 +69,7 @@ class FleetCheck:
             if not required:
                 return None  # written before fleet seals
             found = FleetSeal()  # a keyed output before its first batch's sessions commit
-        sessions = TableSum.of(session_member(r.get("chain_seal")) for r in self.sessions)
+        sessions = TableSum.of(session_member(seal) for seal in self.session_seals)
         if sessions != found.sessions:
             return _differs(SESSIONS, sessions, found.sessions)
         violations = TableSum.of(violation_member(self.key, r) for r in self.violations)

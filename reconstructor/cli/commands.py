@@ -356,6 +356,7 @@ def verify(args) -> int:
     from reconstructor.audit.checks import Verification
     from reconstructor.audit.delta_tables import OutputTables
     from reconstructor.audit.fleet_check import FleetCheck
+    from reconstructor.core.fleet_seal import VIOLATION_FIELDS
     from reconstructor.audit.fold import row_columns
     from reconstructor.core.chain import ChainKey
     from reconstructor.errors import DiscrepancyError
@@ -365,8 +366,11 @@ def verify(args) -> int:
     tables = OutputTables(cfg.output, cfg.s3)
     key = ChainKey(cfg.chain_key)
     sessions, violations = tables.read(SESSIONS), tables.read(VIOLATIONS)
-    fleet = (FleetCheck(sessions.to_pylist(), violations.to_pylist(), tables.newest_fleet(SESSIONS),
-                        tables.newest_fleet(VIOLATIONS), key) if cfg.chain_key else None)
+    # Of each table, only what the fleet seal covers (``Verification`` reads the rows again by topic).
+    fleet = (FleetCheck(sessions.column("chain_seal").to_pylist() if "chain_seal" in sessions.column_names else [],
+                        violations.select([c for c in VIOLATION_FIELDS if c in violations.column_names]).to_pylist(),
+                        tables.newest_fleet(SESSIONS), tables.newest_fleet(VIOLATIONS), key)
+             if cfg.chain_key else None)
     check = Verification(sessions, violations, row_columns(tables.columns(ROW_CHANGES)), topics, chain_key=key,
                          sessions_properties=tables.properties(SESSIONS), fleet=fleet)
     for hour in tables.hours(ROW_CHANGES):

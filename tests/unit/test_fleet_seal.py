@@ -109,7 +109,7 @@ def test_a_row_tells_which_domain_sealed_it():
 
 
 def check(sessions, violations, in_sessions, in_violations=None, required=True):
-    fleet = FleetCheck(sessions, violations, in_sessions, in_violations, KEY)
+    fleet = FleetCheck([r["chain_seal"] for r in sessions], violations, in_sessions, in_violations, KEY)
     return fleet.check(required), fleet
 
 
