@@ -40,7 +40,7 @@ def seal_sessions(spark: SparkSession, output: str, key: ChainKey) -> int | None
     for row in spark.read.format("delta").load(path).select(*SEALED_FIELDS, "chain_seal").collect():
         r = row.asDict()
         seal = r["chain_seal"]
-        if r["chain_seal"] is None or seal_version(key, r) == 1:
+        if seal is None or seal_version(key, r) == 1:
             seal = session_seal(key, r)
             resealed.append((r["topic"], r["session"], r["chain_seal"], seal))
         members.append(session_member(seal))
