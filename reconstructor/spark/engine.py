@@ -164,12 +164,26 @@ def _loopback_settings(master: str | None) -> dict[str, str]:
 
 
 def _jar_settings(jars_dir: str | os.PathLike | None) -> dict[str, str]:
-    """The driver's and executors' classpath: ``spark_jars``, when there are any."""
+    """The driver's and executors' classpath: ``spark_jars``, when there are any, and Delta's log on
+    ``s3a://`` written put-if-absent when the project's jar is among them."""
     jars = spark_jars(jars_dir)
     if jars is None:
         return {}
     classpath = f"{Path(jars).resolve()}/*"
-    return {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
+    settings = {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
+    if (jars / PROJECT_JAR).is_file():
+        settings[S3A_LOG_STORE_KEY] = PUT_IF_ABSENT_LOG_STORE
+    return settings
+
+
+# The project's jar (``make jars``): the JVM engine and the put-if-absent log store.
+PROJECT_JAR = "reconstructor-engine.jar"
+# Delta's log store for ``s3a://`` tables.  Delta's default writes a commit file after checking that
+# it is absent, which keeps out committers in its own JVM only: of two drivers committing one
+# version, the later PUT replaces the earlier's commit.  This one writes it with ``If-None-Match: *``,
+# so the second committer fails and Delta retries it at the next version, conflicts checked.
+S3A_LOG_STORE_KEY = "spark.delta.logStore.s3a.impl"
+PUT_IF_ABSENT_LOG_STORE = "reconstructor.delta.PutIfAbsentLogStore"
 
 
 # The driver's and the executors' Java options, where the thread stack is set.

@@ -3,6 +3,8 @@ lease taken there refuses a second writer of an ``s3a://`` output until it is re
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from reconstructor.settings import S3Settings
@@ -85,33 +87,9 @@ def test_a_driver_whose_clock_runs_ahead_does_not_take_a_live_lease(stack, run_i
 def test_an_endpoint_that_ignores_conditional_writes_is_refused(stack, run_id, tmp_path):
     """A store that drops ``If-None-Match`` and ``If-Match`` lets every driver take the lease: the
     lease's probe finds it out before any is taken (the local endpoint, started here without them)."""
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import boto3
-
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    log = open(tmp_path / "s3.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "workbench.s3server", "--port", str(port),
-                               "--ignore-conditional-writes"], stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
+    with _endpoint(stack, tmp_path, "loose", "--ignore-conditional-writes") as (endpoint, _):
         s3 = S3Settings(endpoint=endpoint, region=stack.S3_REGION, access_key=stack.S3_ACCESS_KEY,
                         secret_key=stack.S3_SECRET_KEY, path_style=True)
-        client = boto3.client("s3", endpoint_url=endpoint, region_name=stack.S3_REGION,
-                              aws_access_key_id=stack.S3_ACCESS_KEY, aws_secret_access_key=stack.S3_SECRET_KEY)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client.create_bucket(Bucket="loose")
-                break
-            except Exception:
-                assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "s3.log").read_text()
-                time.sleep(0.5)
         output = f"s3a://loose/lease{run_id}/out"
         lease = WriterLease(lease_store(output, s3), "run", f"{output}/_checkpoints/a", ttl_s=60)
         with pytest.raises(UsageError) as refused:
@@ -121,7 +99,108 @@ def test_an_endpoint_that_ignores_conditional_writes_is_refused(stack, run_id, t
             f"ignored on s3a://loose/lease{run_id}/out/_reconstructor/probe-"), refused.value
         assert str(refused.value).endswith("): the writer lease cannot keep a second driver out there")
         assert lease_store(output, s3).read() == (None, None)  # no lease was taken
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+
+
+# Commit fencing: Delta's log on s3a:// is written put-if-absent (reconstructor.delta.PutIfAbsentLogStore
+# in the project's jar), so that of two drivers committing one version, the second fails and retries.
+
+FIRST_COMMIT = r"_delta_log/0{19}1\.json$"
+
+
+def test_a_second_committer_of_one_version_retries_instead_of_replacing_the_first(spark, stack, run_id, tmp_path):
+    """Two drivers commit version 1 of one table: the endpoint holds this driver's PUT of
+    ``00000000000000000001.json`` until the other driver (another machine, whose check for the file
+    also found none) has written its own there.  The held write then fails at the store, and Delta
+    retries it as version 2: both commits stay, where an unconditional PUT replaced the other's."""
+    import json
+    import threading
+    import urllib.request
+
+    with _endpoint(stack, tmp_path, "fenced", "--hold-first-put", f"race{run_id}/" + FIRST_COMMIT) as (endpoint, client):
+        spark.sparkContext._jsc.hadoopConfiguration().set("fs.s3a.bucket.fenced.endpoint", endpoint)
+        table = f"s3a://fenced/race{run_id}"
+        spark.range(1).write.format("delta").save(table)
+        failed: list[BaseException] = []
+
+        def append() -> None:
+            try:
+                spark.range(10, 15).write.format("delta").mode("append").save(table)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test's own assert
+                failed.append(exc)
+
+        writer = threading.Thread(target=append)
+        writer.start()
+        _wait_for(lambda: urllib.request.urlopen(f"{endpoint}/_faults/held").read().decode(), "a held commit")
+        other = {"commitInfo": {"timestamp": 1, "operation": "WRITE", "isBlindAppend": True,
+                                "operationParameters": {"mode": "Append"}, "userMetadata": "the other driver"}}
+        client.put_object(Bucket="fenced", Key=f"race{run_id}/_delta_log/{1:020d}.json",
+                          Body=(json.dumps(other) + "\n").encode())
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/_faults/release", method="POST")).read()
+        writer.join(timeout=120)
+        assert not writer.is_alive() and not failed, failed
+
+        history = {r["version"]: r["userMetadata"] for r in
+                   spark.sql(f"DESCRIBE HISTORY delta.`{table}`").select("version", "userMetadata").collect()}
+        assert history == {0: None, 1: "the other driver", 2: None}, history
+        assert sorted(r.id for r in spark.read.format("delta").load(table).collect()) == [0, 10, 11, 12, 13, 14]
+
+
+def test_a_commit_whose_answer_was_lost_is_not_made_twice(spark, stack, run_id, tmp_path):
+    """The endpoint stores this driver's commit of version 1 and loses its answer: the client retries
+    the PUT, which the object now there fails.  It is this driver's own, so the commit stands once,
+    and is not retried as a second commit of the same rows."""
+    with _endpoint(stack, tmp_path, "lossy", "--lose-first-answer", f"lost{run_id}/" + FIRST_COMMIT) as (endpoint, _):
+        spark.sparkContext._jsc.hadoopConfiguration().set("fs.s3a.bucket.lossy.endpoint", endpoint)
+        table = f"s3a://lossy/lost{run_id}"
+        spark.range(1).write.format("delta").save(table)
+        spark.range(10, 15).write.format("delta").mode("append").save(table)
+        versions = [r["version"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
+        assert sorted(versions) == [0, 1], versions
+        assert sorted(r.id for r in spark.read.format("delta").load(table).collect()) == [0, 10, 11, 12, 13, 14]
+
+
+@contextlib.contextmanager
+def _endpoint(stack, tmp_path, bucket: str, *flags: str):
+    """A local S3 endpoint of its own, started with ``flags`` (its faults), with ``bucket`` made:
+    yields its URL and a boto3 client of it."""
+    import socket
+    import subprocess
+    import sys
+
+    import boto3
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    log_path = tmp_path / f"s3-{bucket}.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "workbench.s3server", "--port", str(port), *flags],
+                                  stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            endpoint = f"http://127.0.0.1:{port}"
+            client = boto3.client("s3", endpoint_url=endpoint, region_name=stack.S3_REGION,
+                                  aws_access_key_id=stack.S3_ACCESS_KEY, aws_secret_access_key=stack.S3_SECRET_KEY)
+
+            def made() -> bool:
+                assert server.poll() is None, log_path.read_text()
+                try:
+                    client.create_bucket(Bucket=bucket)
+                    return True
+                except Exception:  # noqa: BLE001 - not listening yet
+                    return False
+
+            _wait_for(made, f"the S3 endpoint on port {port}")
+            yield endpoint, client
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def _wait_for(ready, what: str, seconds: float = 60):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not (found := ready()):
+        assert time.monotonic() < deadline, f"no {what} after {seconds}s"
+        time.sleep(0.2)
+    return found
