@@ -30,6 +30,7 @@ from reconstructor.core.data_loss import DataLoss, loss_reaching
 from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.quarantine import quarantine
+from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds, records_after
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.violations import IntegrityViolation
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
@@ -115,10 +116,12 @@ class SessionReconstructor:
     def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False,
                  state_retention_ms: int = DEFAULT_STATE_RETENTION_MS, policy: IntegrityPolicy = STRICT,
                  losses: Mapping[tuple[str, int], list[DataLoss]] | None = None,
-                 chain_key: ChainKey = NO_KEY, chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None):
+                 chain_key: ChainKey = NO_KEY, chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None,
+                 session_seeds: SessionSeeds | None = None):
         self.losses = dict(losses or {})
         self.chain_key = chain_key
         self.chain_seeds = dict(chain_seeds or {})
+        self.session_seeds = session_seeds or NO_SEEDS
         self.row_types = [(c.name, c.type) for c in schema.columns]
         self.schema = schema
         self.timeout_ms = int(session_timeout_ms)
@@ -135,6 +138,11 @@ class SessionReconstructor:
             yield from self._on_timeout(topic, session, state)
             return
         previous = state_from_tuple(state.get, self.schema) if state.exists else None
+        seed = self._seed(topic, session, state)
+        known = chain_head(state.get[_AT["table"]]) if state.exists else None
+        if seed is not None:  # a replay's session the tables hold: it starts where they have it
+            previous, known = seed.state(self.schema, self.session_seeds.columns), seed.chain_head
+            frames = records_after(frames, seed)
         lost = self._lost(topic, session, previous)
         if lost is not None:  # set aside before its records: they come after the records lost
             previous = quarantine(previous, lost, self.schema)
@@ -149,12 +157,14 @@ class SessionReconstructor:
         if result.state is None:
             return  # nothing applied (all skipped while awaiting a snapshot, or no session named)
         if result.state is previous and lost is None:  # records set aside only: the session is as it was
-            self._arm_timeout(state, previous.status, has_table=state.get[_AT["table"]] is not None)
+            if seed is not None:
+                self._keep_seed(state, seed, previous)
+            else:
+                self._arm_timeout(state, previous.status, has_table=state.get[_AT["table"]] is not None)
             return
         new = result.state
-        known = chain_head(state.get[_AT["table"]]) if state.exists else None
-        seed = self.chain_seeds.get((topic, session, new.first_seq)) if known is None and self.chain_seeds else None
-        prevs, digests, head = chain_session(topic, session, result.columns, known, seed, new.first_seq,
+        link = self.chain_seeds.get((topic, session, new.first_seq)) if known is None and self.chain_seeds else None
+        prevs, digests, head = chain_session(topic, session, result.columns, known, link, new.first_seq,
                                              self.row_types, self.chain_key)
         head = None if head == CHAIN_START else head
         state.update(state_to_tuple(new, self.schema, head))
@@ -169,6 +179,24 @@ class SessionReconstructor:
         changes = {**changes, "chain_prev": prevs, "chain_digest": digests}
         yield self._group_frame(topic, session, changes, new, new.status, row_count=new.row_count,
                                 current=current, head=head)
+
+    def _seed(self, topic: str, session: str | None, state: GroupState) -> SessionSeed | None:
+        """The seed a session with no state starts from (``core.seed``), while it applies."""
+        if state.exists or not self.session_seeds:
+            return None
+        return self.session_seeds.get(topic, session, state.getCurrentProcessingTimeMs())
+
+    def _keep_seed(self, state: GroupState, seed: SessionSeed, seeded: SessionState) -> None:
+        """A seeded session none of whose records applied (the tables hold them, or they were set
+        aside) keeps its seed as its state: a timed-out or ended one until the seed expires, as the
+        live writer would have removed it; an open or quarantined one as any call arms it."""
+        ended = seeded.status == SessionStatus.ENDED
+        row = state_to_tuple(seeded, self.schema, seed.chain_head)
+        state.update(_with(row, table=None) if ended else row)
+        if seeded.status in (SessionStatus.TIMED_OUT, SessionStatus.ENDED):
+            state.setTimeoutDuration(max(1, seed.expires_ms - state.getCurrentProcessingTimeMs()))
+        else:
+            self._arm_timeout(state, seeded.status, has_table=True)
 
     def _lost(self, topic: str, session: str, previous: SessionState | None) -> IntegrityViolation | None:
         """The session's own ``DATA_LOSS`` row when a loss on its partition reaches it, else None."""
@@ -292,16 +320,19 @@ def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: in
                 policy: IntegrityPolicy = STRICT,
                 losses: Mapping[tuple[str, int], list[DataLoss]] | None = None,
                 chain_key: ChainKey = NO_KEY,
-                chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None) -> DataFrame:
+                chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None,
+                session_seeds: SessionSeeds | None = None) -> DataFrame:
     """Group parsed records by ``(topic, session)`` and run the state function over them.
 
     In quarantine mode the records carry their raw value (``parse_records(keep_values=True)``) for
     the ``violations`` table, and ``losses`` (the checkpoint's recorded ``DATA_LOSS``) reach the
     sessions of their partitions.  Each change carries its message's digest (``core.chain``,
     HMACs with ``chain_key``); a replay's ``chain_seeds`` give the snapshots it starts sessions at
-    the digests the tables hold for them (``core.chain.ChainSeed``)."""
+    the digests the tables hold for them (``core.chain.ChainSeed``), and its ``session_seeds`` start
+    the sessions it does not rebuild from Kafka where the tables hold them (``core.seed``)."""
     fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms, policy,
-                              losses=losses, chain_key=chain_key, chain_seeds=chain_seeds)
+                              losses=losses, chain_key=chain_key, chain_seeds=chain_seeds,
+                              session_seeds=session_seeds)
     inputs = reconstruct_inputs(records, schema, with_values=policy.quarantine)
     return inputs.groupBy("topic", "group_session").applyInPandasWithState(
         fn,
