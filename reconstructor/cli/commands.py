@@ -186,7 +186,8 @@ def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, r
     from reconstructor.spark.pipeline import start
 
     running = start(spark, cfg, replay=replay, on_counts=metrics.count if metrics is not None else None,
-                    lease_check=lease.check if lease is not None else None)
+                    lease_check=lease.check if lease is not None else None,
+                    lease_token=lease.token if lease is not None else None)
     report = progress or functools.partial(_log_progress, running.sinks.recorded, cfg)
 
     def on_progress(p: dict) -> None:

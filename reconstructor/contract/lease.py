@@ -207,6 +207,11 @@ class WriterLease:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
+    @property
+    def token(self) -> str:
+        """This driver's lease token: unique to it, and recorded in each commit it makes."""
+        return self.me.token
+
     def holder(self) -> Lease | None:
         """Another driver's lease on the output that looks live, else None (nothing is taken; one
         that looks expired is only taken after watching it, by ``acquire``)."""

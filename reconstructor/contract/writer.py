@@ -124,14 +124,20 @@ def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> s
             f"`reconstructor replay` into them (it de-duplicates) or choose another --output")
 
 
-def batch_metadata(query_id: str, batch_id: int, end_offsets, fleet: dict | None = None) -> str:
+def batch_metadata(query_id: str, batch_id: int, end_offsets, fleet: dict | None = None,
+                   lease: str | None = None) -> str:
     """What each Delta commit of a batch records (its ``userMetadata``): the writer, the batch, and
     the Kafka offsets it read up to, so a takeover can be held to them in the same transaction as
-    the writes; and on a keyed output the batch's fleet seal (``FleetSeal.to_json``)."""
+    the writes; the token of the writer lease it was written under (``lease``, when one is held),
+    so that which lease wrote what can be read off the history; and on a keyed output the batch's
+    fleet seal (``FleetSeal.to_json``)."""
     offsets: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(end_offsets.items()):
         offsets.setdefault(topic, {})[str(partition)] = int(offset)
-    record: dict = {BATCH_METADATA_KEY: {"query": query_id, "batch": batch_id, "offsets": offsets}}
+    batch: dict = {"query": query_id, "batch": batch_id, "offsets": offsets}
+    if lease is not None:
+        batch["lease"] = lease
+    record: dict = {BATCH_METADATA_KEY: batch}
     if fleet is not None:
         record[FLEET_METADATA_KEY] = fleet
     return json.dumps(record, separators=(",", ":"))
@@ -181,6 +187,17 @@ def fleet_in_metadata(text: str | None) -> FleetRecord | None:
                            int(batch["batch"]) if isinstance(batch.get("batch"), int) else None)
     except (ValueError, TypeError):
         return None
+
+
+def lease_in_metadata(text: str | None) -> str | None:
+    """The token of the writer lease a batch's commit was written under, else None (a commit of no
+    batch, of an output with no lease, or of a release before the token was recorded)."""
+    try:
+        record = json.loads(text)[BATCH_METADATA_KEY] if text else None
+    except (ValueError, TypeError, KeyError):
+        return None
+    lease = record.get("lease") if isinstance(record, dict) else None
+    return lease if isinstance(lease, str) else None
 
 
 def offsets_in_metadata(text: str | None, query_id: str | None) -> dict[tuple[str, int], int] | None:

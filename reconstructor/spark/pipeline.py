@@ -208,7 +208,7 @@ def _bounded(call, seconds: float, stop: StopRequest | None = None) -> None:
 
 def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
           replay: bool = False, vacuum_in_stream: bool = True, on_counts=None,
-          lease_check=None) -> RunningPipeline:
+          lease_check=None, lease_token: str | None = None) -> RunningPipeline:
     """Start the query ``cfg`` describes (and its compactor, when ``cfg.compact_every`` is set).
 
     A replay (``replay``) inserts a row change only if the output lacks it, may write any writer's
@@ -222,7 +222,7 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     sinks = DeltaSinks(spark, cfg.output, schema, replay=replay, on_counts=on_counts,
                        loss_check=KafkaLossCheck(spark, cfg.checkpoint, cfg.output, cfg.bootstrap_servers,
                                                  cfg.kafka),
-                       loss_registry=registry, lease_check=lease_check,
+                       loss_registry=registry, lease_check=lease_check, lease_token=lease_token,
                        chain_key=ChainKey(cfg.chain_key) if cfg.chain_key else None,
                        resync=None if replay or not cfg.resync_topic else ResyncRequests(
                            spark, cfg.resync_topic, cfg.bootstrap_servers, cfg.resync_interval, dict(cfg.kafka)))

@@ -5,6 +5,7 @@ checkpoint."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,16 @@ def test_a_second_checkpoint_over_written_tables_is_refused_and_the_first_goes_o
     resumed = _run(bootstrap, pattern, out, chk)  # the tables' own writer continues
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_exact(spark, out, messages, NAMES)
+    # Each batch's commits name the lease they were written under: one per run, the last the
+    # lease the output keeps (released).
+    from reconstructor.contract.lease import FileLeaseStore, LEASE_NAME
+    from reconstructor.contract.writer import lease_in_metadata, offsets_in_metadata
+
+    commits = [r["userMetadata"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{out}/row_changes`").collect()]
+    tokens = [lease_in_metadata(m) for m in commits if offsets_in_metadata(m, None) is not None]
+    assert tokens and None not in tokens and len(set(tokens)) == 2, tokens
+    kept, _ = FileLeaseStore(Path(out) / LEASE_NAME).read()
+    assert kept is not None and tokens[0] == kept.token  # the history is newest first
 
 
 def test_the_same_s3a_checkpoint_with_a_trailing_slash_continues_exactly(spark, stack, run_id):

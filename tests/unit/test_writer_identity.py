@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconstructor.contract.writer import (CheckpointState, TableState, batch_metadata, data_decides, last_batch,
-                                           offsets_in_metadata, query_id_of, refusal, takeover_refusal)
+                                           lease_in_metadata, offsets_in_metadata, query_id_of, refusal,
+                                           takeover_refusal)
 from reconstructor.errors import UsageError
 from reconstructor.spark.kafka_admin import librdkafka_settings
 
@@ -152,6 +153,15 @@ def test_a_batch_records_its_writer_and_offsets_in_each_commit_and_only_its_writ
     assert offsets_in_metadata(meta, "q-2") is None
     assert offsets_in_metadata(None, "q-1") is None and offsets_in_metadata("not json", "q-1") is None
     assert offsets_in_metadata('{"other": 1}', "q-1") is None
+
+
+def test_a_batch_written_under_a_lease_records_its_token_in_each_commit():
+    leased = batch_metadata("q-1", 7, {("sensor-1", 0): 1200}, lease="5f0c")
+    assert lease_in_metadata(leased) == "5f0c"
+    assert offsets_in_metadata(leased, "q-1") == {("sensor-1", 0): 1200}
+    assert lease_in_metadata(batch_metadata("q-1", 7, {})) is None  # no lease held (another file system)
+    assert lease_in_metadata(None) is None and lease_in_metadata("not json") is None
+    assert lease_in_metadata('{"reconstructor": {"lease": 3}}') is None
 
 
 def test_a_takeover_behind_the_writer_on_any_partition_is_refused_naming_it_and_by_how_much():

@@ -54,6 +54,8 @@ class DeltaSinks:
     loss_check: Callable[[int], list] | None = None
     loss_registry: object | None = None
     lease_check: Callable[[], None] | None = None
+    #: The token of the writer lease the batches are written under, recorded in each commit.
+    lease_token: str | None = None
     #: Where quarantined sessions ask their sensors for a snapshot (``--resync-topic``); never on a replay.
     resync: ResyncRequests | None = None
     #: The chain's key: with one, each batch records the output's fleet seal (``fleet_seal``).
@@ -155,7 +157,8 @@ class DeltaSinks:
                           if stats.recorded or losses else None)
             txn = BatchTransactions(self._writers, self.output, self.app_id, batch_id,
                                     batch_metadata(self.query_id, batch_id, end or {},
-                                                   self._fleet_seal(batch_id, stats, violations)))
+                                                   self._fleet_seal(batch_id, stats, violations),
+                                                   lease=self.lease_token))
             appended, tables = self._write(batch, txn, stats, violations, end)
             merged = time.perf_counter()
             # After the tables: a request names the session's last applied seq as the batch left it.
