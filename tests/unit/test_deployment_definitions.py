@@ -84,6 +84,31 @@ def test_the_emr_serverless_job_ships_the_engine_jar_and_runs_the_jvm_engine():
     assert _engine(driver["entryPointArguments"]) == "jvm"
 
 
+def test_every_emr_job_that_commits_to_s3a_writes_its_log_put_if_absent():
+    """A second driver committing the same version must fail, not replace the first's commit: each
+    EMR job that writes the s3a:// tables ships the project's jar and sets its log store."""
+    from reconstructor.spark.engine import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY
+
+    steps = json.loads((ROOT / "infra/emr/steps.json").read_text())
+    serverless = json.loads((ROOT / "infra/emr/serverless-job-run.json").read_text())["jobDriver"]["sparkSubmit"]
+    submits = [s["HadoopJarStep"]["Args"] for s in steps] + [shlex.split(serverless["sparkSubmitParameters"])]
+    assert len(submits) == 3
+    for args in submits:
+        confs = [args[i + 1] for i, a in enumerate(args) if a == "--conf"]
+        assert f"{S3A_LOG_STORE_KEY}={PUT_IF_ABSENT_LOG_STORE}" in confs, args
+        assert ENGINE_JAR in [Path(j).name for j in _submitted_jars(args)]
+
+
+def test_a_local_session_with_the_project_jar_writes_s3a_logs_put_if_absent(tmp_path):
+    from reconstructor.spark.engine import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY, spark_settings
+
+    (tmp_path / "spark").mkdir()
+    (tmp_path / "spark" / "delta-spark.jar").write_bytes(b"")
+    assert S3A_LOG_STORE_KEY not in spark_settings("local[2]", jars_dir=tmp_path)  # Delta's own without it
+    (tmp_path / "spark" / ENGINE_JAR).write_bytes(b"")
+    assert spark_settings("local[2]", jars_dir=tmp_path)[S3A_LOG_STORE_KEY] == PUT_IF_ABSENT_LOG_STORE
+
+
 def test_the_emr_run_step_serves_its_metrics_on_a_port():
     steps = json.loads((ROOT / "infra/emr/steps.json").read_text())
     (run,) = [s["HadoopJarStep"]["Args"] for s in steps if "run" in s["HadoopJarStep"]["Args"]]
