@@ -161,3 +161,24 @@ def test_a_run_on_a_replays_checkpoint_behind_the_writer_is_refused_naming_how_f
     assert f"than the checkpoint {replay_chk} reached: {spec.topics()[0]}[" in line and " behind)" in line
     assert table_versions(spark, out) == before
     assert_exact(spark, out, messages, NAMES)
+
+    # Once Delta's log cleanup has removed the writer's commits (a checkpoint, then every commit
+    # file before it), how far it got cannot be told: refused, not taken as "no writer ahead".
+    for name in ("row_changes", "current_rows", "sessions", "violations"):
+        log = Path(out) / name / "_delta_log"
+        spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(log.parent)).checkpoint()
+        last = max(int(f.stem) for f in log.glob("*.json"))
+        for f in log.glob("*.json"):
+            if int(f.stem) < last:
+                f.unlink()
+    before = table_versions(spark, out)
+    capsys.readouterr()
+    code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
+                     "--checkpoint", replay_chk, "--compact-every", "off"])
+    assert code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"reconstructor: the tables under {out} no longer hold the commits of their writer, "
+                           "query "), line
+    assert line.endswith(f"so the checkpoint {replay_chk} cannot take over from it; replay into a new output "
+                         "instead"), line
+    assert table_versions(spark, out) == before
