@@ -1,4 +1,5 @@
-"""Where a replay starts: Kafka offsets for a timestamp, or for each open session's last snapshot.
+"""Where a replay starts: Kafka offsets for a timestamp, or for each open session's last snapshot
+(with the seeds of the sessions it does not rebuild).
 
 Each plan is the JSON offsets a replay's query starts from (``{"topic": {"partition": offset}}``,
 -2 earliest, -1 latest).  The plan from last snapshots reads the sessions table with the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -19,7 +21,11 @@ from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.spark.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import SESSIONS, table_path
+
+if TYPE_CHECKING:
+    from reconstructor.core.seed import SessionSeeds
 
 
 def offsets_for_timestamp(cfg: Settings, ts: str) -> str:
@@ -64,27 +70,54 @@ def offsets_found(found) -> dict[str, dict[str, int]]:
     return offsets
 
 
-def offsets_from_last_snapshot(spark, cfg: Settings) -> str:
-    """Per partition, the smallest snapshot offset of its open sessions (from the sessions table).
+def plan_from_last_snapshot(spark, cfg: Settings) -> tuple[str, "SessionSeeds"]:
+    """Per partition of the matching topics, the smallest snapshot offset of its open sessions that
+    Kafka still holds (its earliest offset where it has none), and the seeds of every session of
+    those partitions, still within ``--state-retention``, that the replay will not rebuild from
+    Kafka: its snapshot lies before its partition's start (an ended, timed-out or quarantined one,
+    or an open one whose snapshot is gone from Kafka), so it starts from what the tables hold
+    (``core.seed``).  Sessions of other topics, or of partitions gone from Kafka, plan nothing."""
+    from reconstructor.spark.session_seeds import read_session_seeds
 
-    Partitions of matching topics with no open session there start at the earliest offset: their
-    sessions never reached a table (or ended), and a replay is idempotent.  Sessions of other
-    topics, or of partitions gone from Kafka, plan nothing."""
+    found = partitions(cfg)
+    if not found:
+        raise ReconstructorError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
+    starts = earliest_offsets(cfg, found)
     try:
+        earliest = spark.createDataFrame([(t, int(p), o) for t, ps in starts.items() for p, o in ps.items()],
+                                         "topic STRING, partition INT, earliest BIGINT")
         rows = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
-                .where(f"status = '{SessionStatus.OPEN.value}'").groupBy("topic", "partition")
+                .where(f"status = '{SessionStatus.OPEN.value}'").join(earliest, ["topic", "partition"])
+                .where("snapshot_offset >= earliest").groupBy("topic", "partition")
                 .agg({"snapshot_offset": "min"}).collect())
     except Exception as exc:
         raise ReconstructorError(f"cannot read the sessions table under {cfg.output}: "
                                  f"{error_line(exc)}") from None
-    offsets: dict[str, dict[str, int]] = {
-        topic: {str(p): -2 for p in parts} for topic, parts in partitions(cfg).items()}
-    for r in rows:  # the matching topics' partitions that Kafka still has
-        if str(r["partition"]) in offsets.get(r["topic"], {}):
-            offsets[r["topic"]][str(r["partition"])] = int(r["min(snapshot_offset)"])
-    if not offsets:
-        raise ReconstructorError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
-    return json.dumps(offsets, sort_keys=True)
+    for r in rows:
+        starts[r["topic"]][str(r["partition"])] = int(r["min(snapshot_offset)"])
+    seeds = read_session_seeds(spark, cfg.output, starts, cfg.state_retention, RowSchema.load(cfg.row_schema))
+    return json.dumps(starts, sort_keys=True), seeds
+
+
+def earliest_offsets(cfg: Settings, found: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+    """Each partition's earliest offset in Kafka."""
+    consumer = client_or_usage_error(Consumer, {
+        **librdkafka_settings(cfg.kafka), "bootstrap.servers": cfg.bootstrap_servers,
+        "group.id": "reconstructor-replay", "enable.auto.commit": False,
+        "isolation.level": "read_committed"})
+    try:
+        out: dict[str, dict[str, int]] = {}
+        for topic, parts in found.items():
+            for p in parts:
+                try:
+                    low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException, named per partition
+                    raise ReconstructorError(f"cannot find the earliest offset of {topic} partition {p}: "
+                                             f"{error_line(exc)}") from None
+                out.setdefault(topic, {})[str(p)] = int(low)
+        return out
+    finally:
+        consumer.close()
 
 
 def partitions(cfg: Settings) -> dict[str, list[int]]:

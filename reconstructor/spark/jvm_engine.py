@@ -22,18 +22,20 @@ from reconstructor.contract.tables import STATE_DDL, records_ddl
 from reconstructor.core.chain import ChainSeed
 from reconstructor.core.data_loss import DataLoss
 from reconstructor.core.policy import STRICT, IntegrityPolicy
+from reconstructor.core.seed import NO_SEEDS, SessionSeeds
 from reconstructor.core.timestamps import RFC3339_PATTERN
 from reconstructor.errors import UsageError
 from reconstructor.spark.parse import TS_RANGE_TEXT, TS_RANGE_US
 
 #: The engine jar's file name in the Spark jars folder, and the version of it this code speaks to.
 ENGINE_JAR = "reconstructor-engine.jar"
-ENGINE_VERSION = "2"
+ENGINE_VERSION = "3"
 
 
 def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapshot: bool, state_retention_ms: int,
                     policy: IntegrityPolicy, losses: Mapping[tuple[str, int], list[DataLoss]] | None,
-                    chain_key: str | None, chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None) -> str:
+                    chain_key: str | None, chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None,
+                    session_seeds: SessionSeeds | None = None) -> str:
     """What the JVM's ``EngineSettings`` reads, as JSON."""
     return json.dumps({
         "schema_name": schema.name,
@@ -47,6 +49,7 @@ def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapsho
                    for found in (losses or {}).values() for d in found],
         "chain_key": chain_key or None,
         "chain_seeds": [[t, s, int(q), seed.prev, seed.digest] for (t, s, q), seed in (chain_seeds or {}).items()],
+        "session_seeds": json.loads((session_seeds or NO_SEEDS).to_json()),
         "state_ddl": STATE_DDL,
         "records_ddl": records_ddl(schema),
         "timestamp_pattern": RFC3339_PATTERN,
@@ -58,13 +61,14 @@ def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapsho
 def reconstruct_jvm(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int, await_snapshot: bool = False,
                     state_retention_ms: int, policy: IntegrityPolicy = STRICT,
                     losses: Mapping[tuple[str, int], list[DataLoss]] | None = None, chain_key: str | None = None,
-                    chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None) -> DataFrame:
+                    chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None,
+                    session_seeds: SessionSeeds | None = None) -> DataFrame:
     """Group the parsed records by ``(topic, session)`` and rebuild each on the JVM."""
     spark = records.sparkSession
     engine = _engine_class(spark)
     settings = engine_settings(schema, session_timeout_ms=session_timeout_ms, await_snapshot=await_snapshot,
                                state_retention_ms=state_retention_ms, policy=policy, losses=losses,
-                               chain_key=chain_key, chain_seeds=chain_seeds)
+                               chain_key=chain_key, chain_seeds=chain_seeds, session_seeds=session_seeds)
     return DataFrame(engine.reconstruct(records._jdf, settings), spark)
 
 

@@ -23,6 +23,8 @@ from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest, StopStep
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.catalog import comment_tables, register_tables
 from reconstructor.spark.chain_seeds import chain_seeds
+from reconstructor.spark.session_seeds import keep_seeds, kept_seeds
+from reconstructor.core.seed import NO_SEEDS, SessionSeeds
 from reconstructor.spark.checkpoint import checkpoint_state, record_output
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
@@ -208,12 +210,15 @@ def _bounded(call, seconds: float, stop: StopRequest | None = None) -> None:
 
 def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
           replay: bool = False, vacuum_in_stream: bool = True, on_counts=None,
-          lease_check=None, lease_token: str | None = None) -> RunningPipeline:
+          lease_check=None, lease_token: str | None = None,
+          session_seeds: SessionSeeds | None = None) -> RunningPipeline:
     """Start the query ``cfg`` describes (and its compactor, when ``cfg.compact_every`` is set).
 
     A replay (``replay``) inserts a row change only if the output lacks it, may write any writer's
     tables on a checkpoint of its own (no committed batch), and is recorded as a replay, not as
-    the writer.  ``on_counts`` is told each written batch's ``BatchCounts`` (metrics).
+    the writer.  ``on_counts`` is told each written batch's ``BatchCounts`` (metrics).  A replay's
+    ``session_seeds`` (``core.seed``) are kept in its checkpoint, and a run on that checkpoint
+    starts from those that still apply.
     """
     schema = RowSchema.load(cfg.row_schema)
     policy = cfg.policy()
@@ -237,7 +242,11 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     if cfg.catalog:  # the names need the tables: created (or found) first
         sinks.await_tables()
         _catalog(spark, cfg, schema, replay)
-    out = _reconstructed(spark, cfg, schema, registry, replay)
+    if replay:  # in its own checkpoint only now, once the checks let it write there
+        keep_seeds(spark, cfg.checkpoint, session_seeds or NO_SEEDS)
+    else:
+        session_seeds = kept_seeds(spark, cfg.checkpoint)
+    out = _reconstructed(spark, cfg, schema, registry, replay, session_seeds)
     record_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
     record_output(spark, checkpoint, cfg.output)
     writer = _writer(out, sinks, cfg, query_name)
@@ -264,7 +273,7 @@ def _catalog(spark: SparkSession, cfg: Settings, schema: RowSchema, replay: bool
 
 
 def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, registry: LossRegistry | None,
-                   replay: bool) -> DataFrame:
+                   replay: bool, session_seeds: SessionSeeds | None = None) -> DataFrame:
     """The records the stateful step emits: Kafka read, parsed, and each session rebuilt."""
     policy = cfg.policy()
     raw = kafka_stream(
@@ -283,7 +292,8 @@ def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, regist
                             policy=policy,
                             losses=registry.by_partition() if registry is not None else None,
                             chain_key=cfg.chain_key,
-                            chain_seeds=chain_seeds(spark, cfg.output, cfg.topic_pattern) if replay else None)
+                            chain_seeds=chain_seeds(spark, cfg.output, cfg.topic_pattern) if replay else None,
+                            session_seeds=session_seeds or None)
 
 
 def _writer(out: DataFrame, sinks: DeltaSinks, cfg: Settings, query_name: str | None):

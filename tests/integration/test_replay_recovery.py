@@ -209,3 +209,29 @@ def test_a_replay_into_the_same_output_never_moves_a_session_or_a_row_backwards_
     # Stopped partway, every batch it wrote behind the tables: the fleet seal is as the run left it.
     assert cli_main(["verify", "--output", out, "--chain-key", KEY]) == 0, capsys.readouterr().err[-2000:]
     assert "fleet: 3 session rows and " in capsys.readouterr().out
+
+    # The engine switch: a replay from the last snapshots, then runs on its checkpoint.  Every
+    # session whose snapshot lies before the replay's start starts from what the tables hold, with
+    # its status: a timed-out one resumes, an ended one re-sent whole is AFTER_END.
+    send(bootstrap, topic, "other", [{"seq": 1, "type": "end"}])
+    send(bootstrap, topic, "done", [snapshot(0), {"seq": 1, "type": "end"}])
+    send(bootstrap, topic, "late", [snapshot(0)])  # the only open session: the replay starts at it
+    run(spark, topic, out, chk, on_violation="quarantine", session_timeout="6 seconds", chain_key=KEY)
+    switched = str(tmp_path / "chk-switch")
+    stream = ["--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--output", out, "--chain-key", KEY]
+    code = cli_main(["replay", *stream, "--checkpoint", switched, "--from-last-snapshot", "--engine", "jvm"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert f'"{topic}": {{"0": 13}}' in capsys.readouterr().err  # late's snapshot
+    send(bootstrap, topic, "quiet", [update(2, "q2")])
+    code = cli_main(["run", *stream, "--checkpoint", switched, "--engine", "jvm", "--compact-every", "off"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    sessions, rows = tables()
+    assert sessions["quiet"] == ("open", 2, 14) and ("quiet", "a", "q2", 14) in rows
+    assert sessions["moving"] == ("quarantined", 5, 7) and sessions["done"][0] == "ended"
+    assert cli_main(["verify", "--output", out, "--chain-key", KEY]) == 0, capsys.readouterr().err[-2000:]
+    send(bootstrap, topic, "done", [snapshot(0), {"seq": 1, "type": "end"}])  # re-sent whole
+    capsys.readouterr()
+    code = cli_main(["run", *stream, "--checkpoint", switched, "--engine", "jvm", "--compact-every", "off"])
+    assert code == 3
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "INTEGRITY VIOLATION AFTER_END" in line and "session=done" in line and "offset=15" in line, line

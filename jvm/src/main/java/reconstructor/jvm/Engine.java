@@ -14,7 +14,7 @@ import org.apache.spark.sql.types.StructType;
  */
 public final class Engine {
   /** The engine's version, which the driver checks against the one it was released with. */
-  public static final String VERSION = "2";
+  public static final String VERSION = "3";
 
   private Engine() {}
 

@@ -41,6 +41,8 @@ final class EngineSettings implements Serializable {
   final String chainKey;
   /** A replay's seeds: topic, session and seq of a snapshot the tables hold -> its chain_prev and chain_digest there. */
   final Map<String, String[]> chainSeeds = new HashMap<>();
+  /** A replay's session seeds (the Python engine's {@code core.seed}), by "topic\0session". */
+  final Map<String, Seed> sessionSeeds = new HashMap<>();
   final String stateDdl;
   final String recordsDdl;
   /** How the parse stage reads a time: its grammar, and the range of epoch microseconds it carries. */
@@ -80,11 +82,92 @@ final class EngineSettings implements Serializable {
       chainSeeds.put(seed.get(0).asText() + "\u0000" + seed.get(1).asText() + "\u0000" + seed.get(2).asLong(),
                      new String[] {seed.get(3).asText(), seed.get(4).asText()});
     }
+    readSessionSeeds(root.get("session_seeds"));
     stateDdl = root.get("state_ddl").asText();
     recordsDdl = root.get("records_ddl").asText();
     timestampPattern = root.get("timestamp_pattern").asText();
     timeRangeUs = root.get("time_range_us").asLong();
     timeRangeText = root.get("time_range_text").asText();
+  }
+
+  /** A session as the output's tables hold it, that a replay starts where it has no state. */
+  static final class Seed implements Serializable {
+    final SessionState state;
+    final String chainHead;
+    final long expiresMs;
+
+    Seed(SessionState state, String chainHead, long expiresMs) {
+      this.state = state;
+      this.chainHead = chainHead;
+      this.expiresMs = expiresMs;
+    }
+  }
+
+  /** The seeds' JSON document ({@code core.seed.SessionSeeds.to_json}): row values in its
+   * {@code columns} order, a time as epoch microseconds; a column it lacks is null. */
+  private void readSessionSeeds(JsonNode doc) {
+    if (doc == null || doc.isNull()) {
+      return;
+    }
+    JsonNode columns = doc.get("columns");
+    int[] at = new int[names.length];
+    for (int i = 0; i < names.length; i++) {
+      at[i] = -1;
+      for (int j = 0; j < columns.size(); j++) {
+        if (names[i].equals(columns.get(j).asText())) {
+          at[i] = j;
+        }
+      }
+    }
+    for (JsonNode entry : doc.get("seeds")) {
+      JsonNode d = entry.get(2);
+      SessionState s = new SessionState();
+      s.partition = d.get("partition").asInt();
+      s.status = d.get("status").asText();
+      s.firstSeq = longOrNull(d.get("first_seq"));
+      s.lastSeq = longOrNull(d.get("last_seq"));
+      s.lastOffset = longOrNull(d.get("last_offset"));
+      s.snapshotSeq = longOrNull(d.get("snapshot_seq"));
+      s.snapshotOffset = longOrNull(d.get("snapshot_offset"));
+      s.startedUs = longOrNull(d.get("started_us"));
+      s.lastEventUs = longOrNull(d.get("last_event_us"));
+      s.table = new SessionTable();
+      for (JsonNode row : d.get("rows")) {
+        Object[] values = new Object[names.length];
+        for (int i = 0; i < names.length; i++) {
+          values[i] = at[i] < 0 ? null : value(row.get(at[i] + 1), types[i]);
+        }
+        s.table.put(row.get(0).asText(), values);
+      }
+      JsonNode head = d.get("chain_head");
+      sessionSeeds.put(entry.get(0).asText() + "\u0000" + entry.get(1).asText(),
+                       new Seed(s, head == null || head.isNull() ? null : head.asText(), d.get("expires_ms").asLong()));
+    }
+  }
+
+  private static Long longOrNull(JsonNode v) {
+    return v == null || v.isNull() ? null : v.asLong();
+  }
+
+  private static Object value(JsonNode v, String type) {
+    if (v == null || v.isNull()) {
+      return null;
+    }
+    switch (type) {
+      case "string": return v.asText();
+      case "double": return v.asDouble();
+      case "boolean": return v.asBoolean();
+      default: return v.asLong();  // long, timestamp (epoch microseconds)
+    }
+  }
+
+  /** The seed a session with no state starts from at processing time {@code nowMs}, or null. */
+  Seed seed(String topic, String session, long nowMs) {
+    if (sessionSeeds.isEmpty() || session == null) {
+      return null;
+    }
+    Seed seed = sessionSeeds.get(topic + "\u0000" + session);
+    return seed != null && nowMs < seed.expiresMs ? seed : null;
   }
 
   boolean audits() {

@@ -9,7 +9,7 @@ import org.apache.spark.sql.RowFactory;
  * state store holds it as a row of the contract's state fields ({@code STATE_DDL}), the table as
  * its blob, so the {@code state} command reads either engine's checkpoint by the same names.
  */
-final class SessionState {
+final class SessionState implements java.io.Serializable {
   static final String OPEN = "open", ENDED = "ended", TIMED_OUT = "timed_out", QUARANTINED = "quarantined";
 
   int partition;

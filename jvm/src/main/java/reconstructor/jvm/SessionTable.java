@@ -21,7 +21,7 @@ import java.util.Map;
  * dropped; and the session's chain head, as the Python engine's Arrow blob does.
  * {@code reconstructor.core.jvm_blob} reads it for the {@code state} command.
  */
-final class SessionTable {
+final class SessionTable implements java.io.Serializable {
   private static final byte[] MAGIC = "RJT1".getBytes(StandardCharsets.US_ASCII);
   private static final String TYPES = "sdlbt";  // string, double, long, boolean, timestamp
 
@@ -37,6 +37,15 @@ final class SessionTable {
 
   int size() {
     return rows.size();
+  }
+
+  /** A table of its own with the same rows (a seed's, which every session it starts copies). */
+  SessionTable copy() {
+    LinkedHashMap<String, Object[]> copied = new LinkedHashMap<>(Math.max(16, rows.size() * 4 / 3 + 1));
+    for (java.util.Map.Entry<String, Object[]> row : rows.entrySet()) {
+      copied.put(row.getKey(), row.getValue().clone());
+    }
+    return new SessionTable(copied);
   }
 
   void put(String id, Object[] values) {

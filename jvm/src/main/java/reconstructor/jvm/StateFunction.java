@@ -53,12 +53,21 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
       previous = SessionState.scalars(stored, fields);
       previous.table = blob == null ? null : SessionTable.load(blob, cfg.names, cfg.types, cfg.schemaName);
     }
+    String known = SessionTable.head(blob);
+    List<Message> msgs = Message.gather(rows, in, nested);
+    EngineSettings.Seed seed = stored == null ? cfg.seed(topic, session, state.getCurrentProcessingTimeMs()) : null;
+    if (seed != null) {  // a replay's session the tables hold: it starts where they have it
+      previous = seed.state.copy();
+      previous.table = seed.state.table.copy();
+      known = seed.chainHead;
+      msgs = recordsAfter(msgs, seed.state);
+    }
     Violation lost = cfg.quarantine ? cfg.lossReaching(topic, session, previous) : null;
     if (lost != null) {  // set aside before its records: they come after the records lost
       previous = previous.copy();
       previous.status = SessionState.QUARANTINED;
     }
-    BatchStep result = BatchStep.run(topic, session, Message.gather(rows, in, nested), previous, cfg);
+    BatchStep result = BatchStep.run(topic, session, msgs, previous, cfg);
     List<Row> emitted = new ArrayList<>();
     if (result.violation != null) {
       emitted.add(out.violation(Records.VIOLATION, topic, session, result.violation));
@@ -75,28 +84,31 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
       return emitted.iterator();  // nothing applied (all skipped while awaiting a snapshot, or no session named)
     }
     if (!result.changed && lost == null) {  // records set aside only: the session is as it was
-      armTimeout(state, previous.status, blob != null);
+      if (seed != null) {
+        keepSeed(state, seed, previous);
+      } else {
+        armTimeout(state, previous.status, blob != null);
+      }
       return emitted.iterator();
     }
-    String known = SessionTable.head(blob);
     List<Change> changes = result.changes;
     String[] prevs = new String[changes.size()], digests = new String[changes.size()];
-    String[] seed = known == null && !cfg.chainSeeds.isEmpty() && now.firstSeq != null
+    String[] link = known == null && !cfg.chainSeeds.isEmpty() && now.firstSeq != null
         ? cfg.chainSeeds.get(topic + "\u0000" + session + "\u0000" + now.firstSeq) : null;
     String head;
-    if (seed == null) {
+    if (link == null) {
       head = chain.digest(topic, session, changes, known == null ? Chain.START : known, prevs, digests);
     } else {
       // A replay started the session at a snapshot the tables hold: its rows take the tables' digests.
       int k = 0;
       while (k < changes.size() && now.firstSeq.equals(changes.get(k).message.seq)) {
-        prevs[k] = seed[0];
-        digests[k] = seed[1];
+        prevs[k] = link[0];
+        digests[k] = link[1];
         k++;
       }
       List<Change> rest = changes.subList(k, changes.size());
       String[] restPrevs = new String[rest.size()], restDigests = new String[rest.size()];
-      head = chain.digest(topic, session, rest, seed[1], restPrevs, restDigests);
+      head = chain.digest(topic, session, rest, link[1], restPrevs, restDigests);
       System.arraycopy(restPrevs, 0, prevs, k, rest.size());
       System.arraycopy(restDigests, 0, digests, k, rest.size());
     }
@@ -108,6 +120,34 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
     emitted.addAll(out.changes(topic, session, changes, prevs, digests, back));
     emitted.add(sessionRecord(topic, session, now, now.status, now.table.size(), head));
     return emitted.iterator();
+  }
+
+  /** A seeded session's records without those the tables hold already: on its partition, at or
+   * before its last applied offset. */
+  private static List<Message> recordsAfter(List<Message> msgs, SessionState seed) {
+    if (seed.lastOffset == null) {
+      return msgs;
+    }
+    List<Message> after = new ArrayList<>(msgs.size());
+    for (Message m : msgs) {
+      if (m.partition != seed.partition || m.offset > seed.lastOffset) {
+        after.add(m);
+      }
+    }
+    return after;
+  }
+
+  /** A seeded session none of whose records applied keeps its seed as its state: a timed-out or
+   * ended one until the seed expires, as the live writer would have removed it; an open or
+   * quarantined one as any call arms it. */
+  private void keepSeed(GroupState<Row> state, EngineSettings.Seed seed, SessionState seeded) {
+    boolean ended = seeded.is(SessionState.ENDED);
+    state.update(seeded.toRow(fields, ended ? null : SessionTable.dump(seeded.table, cfg.names, cfg.types, seed.chainHead)));
+    if (ended || seeded.is(SessionState.TIMED_OUT)) {
+      state.setTimeoutDuration(Math.max(1, seed.expiresMs - state.getCurrentProcessingTimeMs()));
+    } else {
+      armTimeout(state, seeded.status, true);
+    }
   }
 
   /** A session record, with its row's seal (the Python engine's {@code core.seal}). */
