@@ -46,6 +46,7 @@ from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.violations import quoted
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.engines import parse_for, reconstruct_with
+from reconstructor.core.seed import SessionSeed, SessionSeeds
 from tests.integration.test_fuzz import FOUND, SCHEMA, SEED, TOPIC, Record, fleet
 
 pytestmark = pytest.mark.integration
@@ -64,7 +65,7 @@ class Scenario:
     example by its repr, and a dataclass's would print every record)."""
 
     def __init__(self, batches: list[list], restarts: set[int], policy: IntegrityPolicy, await_snapshot: bool,
-                 chain_key: str | None, chain_seeds: dict, losses: dict):
+                 chain_key: str | None, chain_seeds: dict, losses: dict, session_seeds=None):
         self.batches = batches  # the records of each micro-batch, in arrival order
         self.restarts = restarts  # the query starts again from its checkpoint before these batches
         self.policy = policy
@@ -72,6 +73,7 @@ class Scenario:
         self.chain_key = chain_key
         self.chain_seeds = chain_seeds
         self.losses = losses
+        self.session_seeds = session_seeds  # a replay's (``core.seed``): sessions with no state start from them
 
     def __repr__(self) -> str:  # the records are in the example's notes; the whole repr is too long to print
         return (f"Scenario({len(self.batches)} batches of {[len(b) for b in self.batches]} records, restarts "
@@ -80,7 +82,7 @@ class Scenario:
     def options(self) -> dict:
         return dict(session_timeout_ms=3_600_000, state_retention_ms=7 * 86_400_000, policy=self.policy,
                     await_snapshot=self.await_snapshot, chain_key=self.chain_key, chain_seeds=self.chain_seeds,
-                    losses=self.losses if self.policy.quarantine else None)
+                    losses=self.losses if self.policy.quarantine else None, session_seeds=self.session_seeds)
 
 
 @st.composite
@@ -113,7 +115,26 @@ def scenarios(draw) -> Scenario:
     event(f"on_violation={policy.on_violation.value}")
     event(f"{len(batches)} micro-batches, {len(restarts)} restarts")
     return Scenario(batches, restarts, policy, draw(st.booleans()),
-                    draw(st.sampled_from([None, "a key \u2713"])), seeds, losses)
+                    draw(st.sampled_from([None, "a key \u2713"])), seeds, losses, draw(session_seeds(snapshots, n)))
+
+
+@st.composite
+def session_seeds(draw, snapshots: list, n: int) -> SessionSeeds | None:
+    """Maybe a replay's seed for one session of the stream: any status, its last record somewhere
+    in the stream's offsets, a few rows of every column type."""
+    if not snapshots or not draw(st.booleans()):
+        return None
+    session, seq = draw(st.sampled_from(snapshots))
+    status = draw(st.sampled_from(["open", "timed_out", "ended", "quarantined"]))
+    event(f"a {status} session seeded")
+    last_offset = draw(st.integers(99, 100 + n))
+    rows = {f"r{i}": (draw(st.one_of(st.none(), st.floats(-1e6, 1e6))), None, 50.0, draw(st.sampled_from([None, "ok", "\u2713"])),
+                      draw(st.integers(-(2**63), 2**63 - 1)), draw(st.sampled_from([None, 1_700_000_000_123_456])))
+            for i in range(draw(st.integers(0, 3)))}
+    row = {"status": status, "partition": draw(st.integers(0, 1)), "first_seq": seq, "last_seq": seq + draw(st.integers(0, 3)),
+           "last_offset": last_offset, "snapshot_seq": seq, "snapshot_offset": 99, "started_us": 1_700_000_000_000_000,
+           "last_event_us": 1_700_000_000_000_001, "chain_head": draw(st.sampled_from([None, "sha256:" + "ef" * 32]))}
+    return SessionSeeds(tuple(SCHEMA.names), {(TOPIC, session): SessionSeed.from_tables(row, rows, 10**15)})
 
 
 def _json(value: bytes):
