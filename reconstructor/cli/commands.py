@@ -20,7 +20,7 @@ from reconstructor.cli import replay_plan
 from reconstructor.cli import validate
 from reconstructor.settings import AVAILABLE_NOW, Settings, default_jars_dir, from_args
 from reconstructor.core.timestamps import parse_rfc3339
-from reconstructor.errors import ReconstructorError, RunAgain, UsageError
+from reconstructor.errors import ReconstructorError, RunAgain, StoppedBySignal, UsageError
 from reconstructor.cli.failures import explain
 from reconstructor.metrics.export import MetricsExport
 from reconstructor.cli.progress import CatchUpProgress, batch_line
@@ -162,6 +162,8 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
             break
         except RunAgain as again:  # not a failure: the batch runs again from the checkpoint
             print(f"reconstructor: {again}", file=sys.stderr, flush=True)
+        except StoppedBySignal:  # as asked: never restarted, whatever became of the JVM
+            raise
         except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
             if signals.request.requested and transient(exc):  # never a restart after a signal
                 raise signals.request.stopped() from None
@@ -200,14 +202,24 @@ def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, r
                                   stop=signals.request if signals is not None else None)
     finally:
         running.stop()
-        if running.left_writing and lease is not None:
-            lease.keep()  # a commit of this driver may still land: the lease is not given up under it
         if progress is not None:
             progress.end_line()
         recorded.update(running.sinks.recorded)
         if metrics is not None:  # the listener is told asynchronously: the last batches may be untold
             for p in running.recent_progress():
                 metrics.progressed(p)
+        if running.left_writing and lease is not None:  # last: it may end the driver's JVM
+            lease_under_writes(spark, lease, signalled=signals is not None and signals.request.requested)
+
+
+def lease_under_writes(spark, lease, *, signalled: bool) -> None:
+    """A batch of this driver still writing after the query stopped may yet commit while the
+    driver's JVM runs, so the lease is not given up under it.  A run stopped by a signal ends that
+    JVM, after which nothing of it can start a commit, and its lease is then released as usual (the
+    next scheduled run need not wait out a TTL); otherwise, or when the JVM is not this process's to
+    end (``spark-submit`` started it), the lease is left to expire."""
+    if not (signalled and driver_jvm.stop(spark)):
+        lease.keep()
 
 
 def _log_progress(recorded: dict, cfg: Settings, p: dict) -> None:

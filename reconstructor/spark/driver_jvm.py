@@ -34,6 +34,23 @@ def exit_status(spark, *, wait_s: float = 0.0) -> int | None:
         return None
 
 
+def stop(spark, *, wait_s: float = 30.0) -> bool:
+    """End the driver JVM this process started, at once (SIGKILL: its threads, a batch's still
+    writing among them, stop where they are): True once it has exited, so that nothing of this
+    driver can start a commit any more; False when another process started it, or it outlived
+    ``wait_s``."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is None:
+        return False
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def connection_broke(exc: BaseException) -> bool:
     """Whether ``exc`` (or one it was raised from or during) is a call into the JVM that got no
     answer, as a JVM that died leaves them; a Java exception is an answer."""

@@ -3,14 +3,13 @@ lease taken there refuses a second writer of an ``s3a://`` output until it is re
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 from reconstructor.settings import S3Settings
 from reconstructor.core.lease import Lease
 from reconstructor.errors import ReconstructorError, UsageError
 from reconstructor.contract.lease import LeaseLost, S3LeaseStore, WriterLease, lease_store
+from tests.support.faulty_s3 import held, release, s3_endpoint_of_its_own, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +86,7 @@ def test_a_driver_whose_clock_runs_ahead_does_not_take_a_live_lease(stack, run_i
 def test_an_endpoint_that_ignores_conditional_writes_is_refused(stack, run_id, tmp_path):
     """A store that drops ``If-None-Match`` and ``If-Match`` lets every driver take the lease: the
     lease's probe finds it out before any is taken (the local endpoint, started here without them)."""
-    with _endpoint(stack, tmp_path, "loose", "--ignore-conditional-writes") as (endpoint, _):
+    with s3_endpoint_of_its_own(tmp_path, "loose", "--ignore-conditional-writes") as (endpoint, _):
         s3 = S3Settings(endpoint=endpoint, region=stack.S3_REGION, access_key=stack.S3_ACCESS_KEY,
                         secret_key=stack.S3_SECRET_KEY, path_style=True)
         output = f"s3a://loose/lease{run_id}/out"
@@ -114,9 +113,9 @@ def test_a_second_committer_of_one_version_retries_instead_of_replacing_the_firs
     retries it as version 2: both commits stay, where an unconditional PUT replaced the other's."""
     import json
     import threading
-    import urllib.request
 
-    with _endpoint(stack, tmp_path, "fenced", "--hold-first-put", f"race{run_id}/" + FIRST_COMMIT) as (endpoint, client):
+    hold = ("--hold-first-put", f"race{run_id}/" + FIRST_COMMIT)
+    with s3_endpoint_of_its_own(tmp_path, "fenced", *hold) as (endpoint, client):
         spark.sparkContext._jsc.hadoopConfiguration().set("fs.s3a.bucket.fenced.endpoint", endpoint)
         table = f"s3a://fenced/race{run_id}"
         spark.range(1).write.format("delta").save(table)
@@ -130,12 +129,12 @@ def test_a_second_committer_of_one_version_retries_instead_of_replacing_the_firs
 
         writer = threading.Thread(target=append)
         writer.start()
-        _wait_for(lambda: urllib.request.urlopen(f"{endpoint}/_faults/held").read().decode(), "a held commit")
+        wait_for(lambda: held(endpoint), "a held commit")
         other = {"commitInfo": {"timestamp": 1, "operation": "WRITE", "isBlindAppend": True,
                                 "operationParameters": {"mode": "Append"}, "userMetadata": "the other driver"}}
         client.put_object(Bucket="fenced", Key=f"race{run_id}/_delta_log/{1:020d}.json",
                           Body=(json.dumps(other) + "\n").encode())
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/_faults/release", method="POST")).read()
+        release(endpoint)
         writer.join(timeout=120)
         assert not writer.is_alive() and not failed, failed
 
@@ -149,7 +148,8 @@ def test_a_commit_whose_answer_was_lost_is_not_made_twice(spark, stack, run_id, 
     """The endpoint stores this driver's commit of version 1 and loses its answer: the client retries
     the PUT, which the object now there fails.  It is this driver's own, so the commit stands once,
     and is not retried as a second commit of the same rows."""
-    with _endpoint(stack, tmp_path, "lossy", "--lose-first-answer", f"lost{run_id}/" + FIRST_COMMIT) as (endpoint, _):
+    lose = ("--lose-first-answer", f"lost{run_id}/" + FIRST_COMMIT)
+    with s3_endpoint_of_its_own(tmp_path, "lossy", *lose) as (endpoint, _):
         spark.sparkContext._jsc.hadoopConfiguration().set("fs.s3a.bucket.lossy.endpoint", endpoint)
         table = f"s3a://lossy/lost{run_id}"
         spark.range(1).write.format("delta").save(table)
@@ -157,50 +157,3 @@ def test_a_commit_whose_answer_was_lost_is_not_made_twice(spark, stack, run_id, 
         versions = [r["version"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
         assert sorted(versions) == [0, 1], versions
         assert sorted(r.id for r in spark.read.format("delta").load(table).collect()) == [0, 10, 11, 12, 13, 14]
-
-
-@contextlib.contextmanager
-def _endpoint(stack, tmp_path, bucket: str, *flags: str):
-    """A local S3 endpoint of its own, started with ``flags`` (its faults), with ``bucket`` made:
-    yields its URL and a boto3 client of it."""
-    import socket
-    import subprocess
-    import sys
-
-    import boto3
-
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    log_path = tmp_path / f"s3-{bucket}.log"
-    with open(log_path, "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "workbench.s3server", "--port", str(port), *flags],
-                                  stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            endpoint = f"http://127.0.0.1:{port}"
-            client = boto3.client("s3", endpoint_url=endpoint, region_name=stack.S3_REGION,
-                                  aws_access_key_id=stack.S3_ACCESS_KEY, aws_secret_access_key=stack.S3_SECRET_KEY)
-
-            def made() -> bool:
-                assert server.poll() is None, log_path.read_text()
-                try:
-                    client.create_bucket(Bucket=bucket)
-                    return True
-                except Exception:  # noqa: BLE001 - not listening yet
-                    return False
-
-            _wait_for(made, f"the S3 endpoint on port {port}")
-            yield endpoint, client
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-
-
-def _wait_for(ready, what: str, seconds: float = 60):
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not (found := ready()):
-        assert time.monotonic() < deadline, f"no {what} after {seconds}s"
-        time.sleep(0.2)
-    return found
