@@ -34,14 +34,19 @@ def _spark(cfg: Settings, app: str, signals: StopSignals | None = None):
     """The SparkSession; with ``signals``, their handlers are installed again once it started (the
     SparkContext sets a SIGINT handler of its own)."""
     from reconstructor.spark import logs
-    from reconstructor.spark.engine import build_spark
+    from reconstructor.spark.engine import build_spark, delta_on_classpath
 
     verbose = logging.getLogger().isEnabledFor(logging.INFO)  # -v
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output, cfg.checkpoint)
     logs.quiet_python(verbose)
+    jars_dir = cfg.jars_dir or default_jars_dir()
     with logs.jvm_output(verbose), engine_ignores_sigterm():
-        spark = build_spark(app, master=cfg.master, s3=cfg.s3, jars_dir=cfg.jars_dir or default_jars_dir(),
+        spark = build_spark(app, master=cfg.master, s3=cfg.s3, jars_dir=jars_dir,
                             shuffle_partitions=cfg.shuffle_partitions, conf=logs.driver_conf(cfg.spark, verbose))
+    if not delta_on_classpath(spark):
+        raise UsageError(f"Delta's classes are not in Spark's JVM: the jars_dir {jars_dir} holds no Spark jars "
+                         "(run 'make jars' in the checkout, or set jars_dir / RECON_JARS_DIR to the folder it "
+                         "fills; Databricks and EMR provide them)")
     logs.set_engine_level(spark, verbose)
     if signals is not None:
         signals.install()
@@ -319,6 +324,7 @@ def compact(args) -> int:
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
     from reconstructor.contract.lease import WriterLease, lease_store
     from reconstructor.spark.compaction import Compactor
+    from reconstructor.spark.compaction_mark import CompactionMark
 
     store = lease_store(cfg.output, cfg.s3)
     if store is not None:
@@ -337,6 +343,7 @@ def compact(args) -> int:
         report = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
                            retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1),
                            min_files=args.min_files, lease_check=lease.check if lease is not None else None).run()
+        CompactionMark(spark, cfg.output).record(dt.datetime.now(dt.timezone.utc))  # runs need not repeat it
     finally:
         if lease is not None:
             lease.release()

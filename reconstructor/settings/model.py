@@ -167,7 +167,8 @@ class Settings(BaseModel):
         None, "Spark master", metavar="URL", commands=_SPARK, shown="local[*] unless spark-submit set one")
     jars_dir: str | None = setting(
         None, "the folder `make jars` fills; its spark/ jars go on the classpath (leave unset on "
-        "Databricks and EMR, which provide them)", shown=".jars in the working directory")
+        "Databricks and EMR, which provide them)",
+        shown=".jars in the working directory, else in the checkout the package is installed from")
     metrics_port: int | None = setting(
         None, "serve the run's metrics in Prometheus' text format on this port", metavar="PORT",
         commands=_STREAM, shown="off")
@@ -222,11 +223,16 @@ def flag_of(name: str) -> str:
     return declaration(name)["flag"] or f"--{name.replace('_', '-')}"
 
 
-def default_jars_dir() -> Path:
-    """Where the JVM jars are when ``jars_dir`` is not set: ``.jars`` in the working directory,
-    the folder ``make jars`` fills in a checkout.  Databricks and EMR provide the jars themselves,
-    and the folder is then absent."""
-    return Path.cwd() / ".jars"
+def default_jars_dir(cwd: Path | None = None, checkout: Path | None = None) -> Path:
+    """Where the JVM jars are when ``jars_dir`` is not set: ``.jars`` in the working directory when
+    it holds Spark jars, else the ``.jars`` that ``make jars`` filled in the checkout this package
+    is installed from (``make`` installs it editable), so that the installed CLI runs from any
+    folder.  Databricks and EMR provide the jars themselves, and neither folder is there."""
+    here = (cwd or Path.cwd()) / ".jars"
+    if any((here / "spark").glob("*.jar")):
+        return here
+    beside = (checkout or Path(__file__).resolve().parents[2]) / ".jars"
+    return beside if any((beside / "spark").glob("*.jar")) else here
 
 
 def _toml_value(value) -> str:

@@ -87,6 +87,14 @@ def build_spark(
     return spark
 
 
+def delta_on_classpath(spark: SparkSession) -> bool:
+    """Whether Delta's classes are in the driver's JVM (decided on the classes, not on a folder:
+    Databricks and EMR provide them with no jars folder)."""
+    from py4j.java_gateway import JavaClass
+
+    return isinstance(spark.sparkContext._jvm.io.delta.tables.DeltaTable, JavaClass)
+
+
 def spark_settings(master: str | None, *, s3: S3Settings | None = None,
                    jars_dir: str | os.PathLike | None = None, shuffle_partitions: int | None = None,
                    conf: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -70,3 +70,25 @@ def test_run_names_the_output_it_cannot_create_its_tables_in(stack, run_id, tmp_
     # The cause (no credentials or no bucket) and the setting to fix, not py4j's "An error occurred".
     assert line.startswith("reconstructor: --output s3a://no-such-bucket/out: ")
     assert "credentials" in line or "bucket no-such-bucket does not exist" in line
+
+
+def test_the_installed_cli_from_another_folder_without_jars_names_the_jars_folder(stack, tmp_path):
+    """Delta's classes missing from the driver's JVM (a bare install, a jars folder without jars)
+    end a command with exit 2 and one line naming ``jars_dir`` and ``make jars``, never a Py4J
+    error.  (With the jars, the installed CLI from another folder is the signals test's run.)"""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    empty = tmp_path / "no-jars"
+    empty.mkdir()
+    done = subprocess.run([str(Path(sys.executable).parent / "reconstructor"), "compact", "--output",
+                           str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RECON_JARS_DIR": str(empty)})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "py4j" not in done.stderr.lower() and "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("reconstructor:")]
+    assert line == (f"reconstructor: Delta's classes are not in Spark's JVM: the jars_dir {empty} holds no Spark "
+                    "jars (run 'make jars' in the checkout, or set jars_dir / RECON_JARS_DIR to the folder it "
+                    "fills; Databricks and EMR provide them)"), line

@@ -33,12 +33,17 @@ STOPPED = re.compile(r"^reconstructor: stopped by (SIGTERM|SIGINT): \S.*$")
 
 
 def _start(bootstrap: str, pattern: str, out: Path, chk: Path, err: Path, *flags: str):
+    """The installed CLI (the venv's ``reconstructor``), run from a folder other than the checkout:
+    it finds the jars ``make jars`` filled there."""
+    folder = err.parent / "elsewhere"
+    folder.mkdir(exist_ok=True)
     with open(err, "w") as fh:
         return subprocess.Popen(
-            [sys.executable, "-u", "-m", "reconstructor", "run", "--bootstrap-servers", bootstrap,
+            [str(Path(sys.executable).parent / "reconstructor"), "run", "--bootstrap-servers", bootstrap,
              "--topic-pattern", pattern, "--output", str(out), "--checkpoint", str(chk),
              "--compact-every", "off", *flags],
-            stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True, cwd=folder,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def _committed(chk: Path) -> set[int]:

@@ -59,7 +59,16 @@ def test_micro_batches_are_capped_by_default_and_each_layer_can_move_the_cap(tmp
 def test_the_jars_folder_is_a_setting_with_the_working_directorys_jars_as_default(tmp_path, monkeypatch):
     assert config.load(None, env={}).jars_dir is None
     monkeypatch.chdir(tmp_path)
-    assert config.default_jars_dir() == tmp_path / ".jars"
+    checkout = tmp_path / "checkout"
+    assert config.default_jars_dir(checkout=checkout) == tmp_path / ".jars"  # no jars anywhere
+    (checkout / ".jars" / "spark").mkdir(parents=True)
+    (checkout / ".jars" / "spark" / "delta-spark.jar").write_bytes(b"")
+    # From any folder, the jars `make jars` filled in the checkout the package is installed from...
+    assert config.default_jars_dir(checkout=checkout) == checkout / ".jars"
+    # ...unless the working directory has jars of its own.
+    (tmp_path / ".jars" / "spark").mkdir(parents=True)
+    (tmp_path / ".jars" / "spark" / "delta-spark.jar").write_bytes(b"")
+    assert config.default_jars_dir(checkout=checkout) == tmp_path / ".jars"
     f = tmp_path / "c.toml"
     f.write_text('jars_dir = "/opt/recon/jars"\n')
     assert config.load(str(f), env={}).jars_dir == "/opt/recon/jars"
