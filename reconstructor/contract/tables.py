@@ -23,6 +23,9 @@ from reconstructor.contract.row_schema import RowSchema
 
 ROW_CHANGES, CURRENT_ROWS, SESSIONS, VIOLATIONS = "row_changes", "current_rows", "sessions", "violations"
 TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS, VIOLATIONS)
+#: Beside the tables: when the output's last compaction ended (``{"at": "<RFC 3339>"}``), so that a
+#: run compacts only once ``compact_every`` has passed since.
+COMPACTION_MARK = "_reconstructor/compaction.json"
 
 
 def table_path(output: str, name: str) -> str:

@@ -23,7 +23,9 @@ from pyspark.sql import SparkSession
 
 from reconstructor.settings import SAFE_VACUUM_RETENTION
 from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, VIOLATIONS, table_path
+from reconstructor.core.compaction_schedule import wait_before_compaction
 from reconstructor.spark.catalog import path_ref
+from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.transactions import spark_like
 
 log = logging.getLogger(__name__)
@@ -157,14 +159,19 @@ def error_head(error: BaseException) -> str:
 
 
 class BackgroundCompactor:
-    """Runs ``Compactor.run`` in a daemon thread of the streaming driver: once at its start, then
-    every ``every_s`` (a scheduled available-now run shorter than the interval still compacts the
-    hours that closed since the last one)."""
+    """Runs ``Compactor.run`` in a daemon thread of the streaming driver: once it is due, then every
+    ``every_s``.  With a ``mark`` (the output's last compaction) it is due ``every_s`` after the last
+    compaction of any run, so a run every few minutes does not OPTIMIZE and VACUUM at each start,
+    and its exit never waits for a compaction that was not due; without one, at the start (a
+    scheduled available-now run shorter than the interval still compacts the hours that closed)."""
 
-    def __init__(self, compactor: Compactor, every_s: float, vacuum: bool = True):
+    def __init__(self, compactor: Compactor, every_s: float, vacuum: bool = True,
+                 mark: CompactionMark | None = None, clock: Callable[[], dt.datetime] | None = None):
         self.compactor = compactor
         self.vacuum = vacuum
         self.every_s = every_s
+        self.mark = mark
+        self._clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
         self._stop = threading.Event()
         self._running = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="reconstructor-compaction", daemon=True)
@@ -190,6 +197,10 @@ class BackgroundCompactor:
             self._thread.join()
 
     def _loop(self) -> None:
+        if self.mark is not None:
+            due_in = wait_before_compaction(self.mark.last(), self._clock(), dt.timedelta(seconds=self.every_s))
+            if self._stop.wait(due_in.total_seconds()):
+                return
         while not self._stop.is_set():
             self._running.set()
             try:
@@ -220,6 +231,8 @@ class BackgroundCompactor:
             self.runs += 1
             self.hours_compacted += len(self.last_report.hours)
             self.windows.append((started, time.time()))
+            if self.mark is not None:
+                self.mark.record(self._clock())
             for line in self.last_report.lines():
                 log.info("compaction: %s", line)
         except Exception as exc:  # noqa: BLE001 - retried now (a conflict) or next time

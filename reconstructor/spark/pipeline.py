@@ -27,6 +27,7 @@ from reconstructor.spark.session_seeds import keep_seeds, kept_seeds
 from reconstructor.core.seed import NO_SEEDS, SessionSeeds
 from reconstructor.spark.checkpoint import checkpoint_state, record_output
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
+from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.seal_rows import seal_sessions
@@ -316,7 +317,8 @@ def _compactor(spark: SparkSession, cfg: Settings, vacuum: bool, lease_check=Non
         return None
     compactor = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
                           retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1), lease_check=lease_check)
-    return BackgroundCompactor(compactor, cfg.compact_every.total_seconds(), vacuum=vacuum)
+    return BackgroundCompactor(compactor, cfg.compact_every.total_seconds(), vacuum=vacuum,
+                               mark=CompactionMark(spark, cfg.output))
 
 
 def _start(spark: SparkSession, writer, cfg: Settings) -> StreamingQuery:

@@ -190,6 +190,49 @@ def test_a_background_compactor_compacts_due_hours_at_its_start_and_stop_waits_f
     assert set(compactor.files_per_hour().values()) == {1}
 
 
+def test_a_run_starts_no_compaction_before_it_is_due_and_does_the_work_once_it_is(spark, tmp_path):
+    """The output keeps its last compaction's time: a run an interval has not passed since starts
+    none (its stop does not wait for one, and nothing is optimized or vacuumed), and a run once the
+    interval has passed compacts and records its own."""
+    import datetime as dt
+
+    from reconstructor.spark.compaction import BackgroundCompactor
+    from reconstructor.spark.compaction_mark import CompactionMark
+
+    out = str(tmp_path / "out")
+    hours = _closed_hours_table(spark, out)
+    compactor = Compactor(spark, out, grace_s=0, min_files=1)
+    mark = CompactionMark(spark, out)
+    assert mark.last() is None
+    first = BackgroundCompactor(compactor, every_s=3600, mark=mark).start()
+    _await_runs(first, 1)
+    first.stop()
+    recorded = mark.last()
+    assert recorded is not None and sorted(h.hour for h in first.last_report.hours) == hours
+    history = {name: _operations(spark, f"{out}/{name}") for name in ("row_changes",)}
+
+    too_soon = BackgroundCompactor(compactor, every_s=3600, mark=mark).start()
+    time.sleep(2)  # the time a due compaction takes to start (it starts at once)
+    too_soon.stop()
+    assert too_soon.runs == 0 and not too_soon.running
+    assert {name: _operations(spark, f"{out}/{name}") for name in history} == history  # no OPTIMIZE, no VACUUM
+    assert mark.last() == recorded
+
+    mark.record(recorded - dt.timedelta(hours=2))  # an interval has passed
+    due = BackgroundCompactor(compactor, every_s=3600, mark=mark).start()
+    _await_runs(due, 1)
+    due.stop()
+    assert due.runs == 1 and mark.last() > recorded - dt.timedelta(hours=2)
+    assert _operations(spark, f"{out}/row_changes")[0] == "VACUUM END"  # the newest: it did the work
+
+
+def _await_runs(background, runs: int) -> None:
+    deadline = time.monotonic() + 180  # a guard against waiting forever, not a measurement
+    while background.runs < runs:
+        assert time.monotonic() < deadline, "no compaction ran"
+        time.sleep(0.05)
+
+
 def test_a_short_vacuum_retention_leaves_the_streams_session_checking_retention(spark, tmp_path):
     key = "spark.databricks.delta.retentionDurationCheck.enabled"
     before = spark.conf.get(key, None)
