@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -22,7 +23,7 @@ from delta.tables import DeltaTable
 from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import SEALED_PROPERTY, STATS_COLUMNS, STATS_PROPERTY, TABLES
+from reconstructor.contract.tables import STATS_COLUMNS, STATS_PROPERTY, TABLES
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.pipeline import assert_exact, produce, read_table, run
@@ -30,9 +31,9 @@ from tests.support.pipeline import assert_exact, produce, read_table, run
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
 #: The last landed release: update it when a release lands.
-PREVIOUS_RELEASE = "5b16324"
-#: Both releases run with a chain key: the previous one sealed the session rows with it, this one
-#: seals them under the current domain and seals the fleet from then on.
+PREVIOUS_RELEASE = "fcdd2df"
+#: Both releases run with a chain key: the previous one sealed the session rows and the fleet with
+#: it, and this one carries both seals on.
 KEY = "upgrade-chain-key"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,11 +91,12 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert read_table(spark, out, "row_changes").count() > 0
 
-    # This release's verify passes the previous release's output: it holds no fleet seal, and needs none.
+    # This release's verify passes the previous release's output, fleet seal included.
     before = subprocess.run([sys.executable, "-m", "reconstructor", "verify", "--output", out, "--chain-key", KEY],
                             capture_output=True, text=True, timeout=600)
     assert before.returncode == 0, before.stderr[-3000:]
-    assert "fleet: none" in before.stdout, before.stdout
+    assert re.search(r"fleet: \d+ session rows and 0 violation rows as the last batch sealed them", before.stdout), \
+        before.stdout
 
     produce(spec, messages[half:], partitions=2, create=False)
     catalog = f"up{engine.value}{run_id}"
@@ -113,11 +115,10 @@ def test_a_checkpoint_and_tables_of_the_previous_release_continue_exactly(stack,
         assert properties.get(STATS_PROPERTY) == ",".join(columns), (name, properties)
     longs = {r.reading_count for r in read_table(spark, out, "row_changes").collect()}
     assert 2**63 - 1 in longs and None in longs
-    # Each session's chain runs on across the two releases and verifies; the rows are sealed from
-    # the upgrade on, those the previous release wrote included.
+    # Each session's chain runs on across the two releases and verifies; every row is sealed, those
+    # the previous release wrote included.
     assert unsealed > 0
     assert read_table(spark, out, "sessions").where("chain_seal IS NULL").count() == 0
-    assert DeltaTable.forPath(spark, f"{out}/sessions").detail().collect()[0].properties.get(SEALED_PROPERTY)
     verified = subprocess.run([sys.executable, "-m", "reconstructor", "verify", "--output", out, "--chain-key", KEY],
                               capture_output=True, text=True, timeout=600)
     assert verified.returncode == 0, verified.stderr[-3000:]
