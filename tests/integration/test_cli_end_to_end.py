@@ -92,3 +92,12 @@ def test_the_installed_cli_from_another_folder_without_jars_names_the_jars_folde
     assert line == (f"reconstructor: Delta's classes are not in Spark's JVM: the jars_dir {empty} holds no Spark "
                     "jars (run 'make jars' in the checkout, or set jars_dir / RECON_JARS_DIR to the folder it "
                     "fills; Databricks and EMR provide them)"), line
+
+
+def test_compact_on_an_output_with_no_tables_yet_says_so_and_exits_0(spark, tmp_path):
+    """A scheduled compact job that runs before the first run finds nothing to do: one line, exit
+    0, not Spark's "path does not exist"."""
+    out = tmp_path / "new"
+    done = cli_in_process("compact", "--output", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [f"nothing to compact: the output {out} holds no tables yet"], done.stdout
