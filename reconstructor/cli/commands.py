@@ -318,15 +318,6 @@ def replay(args) -> int:
                    replay=True, signals=signals, seeds=seeds)
 
 
-def _holds_tables(spark, output: str) -> bool:
-    """Whether any of the output's tables exists yet."""
-    from delta.tables import DeltaTable
-
-    from reconstructor.contract.tables import TABLES, table_path
-
-    return any(DeltaTable.isDeltaTable(spark, table_path(output, name)) for name in TABLES)
-
-
 def compact(args) -> int:
     cfg = from_args(args)
     validate.require(cfg, "output")
@@ -349,12 +340,13 @@ def compact(args) -> int:
     lease = _writer_lease(cfg, "compact", None, store)
     try:
         spark = _spark(cfg, "reconstructor-compact")
-        if not _holds_tables(spark, cfg.output):  # a scheduled compact before the first run
+        compactor = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
+                              retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1),
+                              min_files=args.min_files, lease_check=lease.check if lease is not None else None)
+        if not compactor.tables():  # a scheduled compact before the first run
             print(f"nothing to compact: the output {cfg.output} holds no tables yet")
             return 0
-        report = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
-                           retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1),
-                           min_files=args.min_files, lease_check=lease.check if lease is not None else None).run()
+        report = compactor.run()
         CompactionMark(spark, cfg.output).record(dt.datetime.now(dt.timezone.utc))  # runs need not repeat it
     finally:
         if lease is not None:

@@ -189,25 +189,27 @@ def fleet_in_metadata(text: str | None) -> FleetRecord | None:
         return None
 
 
-def lease_in_metadata(text: str | None) -> str | None:
-    """The token of the writer lease a batch's commit was written under, else None (a commit of no
-    batch, of an output with no lease, or of a release before the token was recorded)."""
+def _batch_record(text: str | None) -> dict | None:
+    """The batch's record (``batch_metadata``) in a commit's ``userMetadata``, else None."""
     try:
         record = json.loads(text)[BATCH_METADATA_KEY] if text else None
     except (ValueError, TypeError, KeyError):
         return None
-    lease = record.get("lease") if isinstance(record, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def lease_in_metadata(text: str | None) -> str | None:
+    """The token of the writer lease a batch's commit was written under, else None (a commit of no
+    batch, of an output with no lease, or of a release before the token was recorded)."""
+    lease = (_batch_record(text) or {}).get("lease")
     return lease if isinstance(lease, str) else None
 
 
 def offsets_in_metadata(text: str | None, query_id: str | None) -> dict[tuple[str, int], int] | None:
     """The offsets a commit's ``userMetadata`` records for ``query_id``'s batch (any writer's, for
     None), else None (another writer's commit, a compaction, or a commit of an earlier version)."""
-    try:
-        record = json.loads(text)[BATCH_METADATA_KEY] if text else None
-    except (ValueError, TypeError, KeyError):
-        return None
-    if not isinstance(record, dict) or (query_id is not None and record.get("query") != query_id):
+    record = _batch_record(text)
+    if record is None or (query_id is not None and record.get("query") != query_id):
         return None
     return {(topic, int(p)): int(o) for topic, parts in record.get("offsets", {}).items() for p, o in parts.items()}
 

@@ -102,6 +102,11 @@ class Compactor:
     def _files_in(self, hour: str) -> int:
         return self.files_per_hour().get(hour, 0)
 
+    def tables(self, names=TABLES) -> list[str]:
+        """Those of the output's tables that exist (an output written before a table existed, or
+        one no run has written yet, lacks some or all)."""
+        return [name for name in names if DeltaTable.isDeltaTable(self.spark, table_path(self.output, name))]
+
     def vacuum(self, names=TABLES) -> list[str]:
         spark = self.spark
         if self.retention_hours < DEFAULT_RETENTION_HOURS:
@@ -111,12 +116,9 @@ class Compactor:
             spark = spark_like(self.spark)
             spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         done = []
-        for name in names:
-            path = table_path(self.output, name)
-            if not DeltaTable.isDeltaTable(spark, path):  # an output written before the table existed
-                continue
+        for name in self.tables(names):
             self.lease_check()
-            DeltaTable.forPath(spark, path).vacuum(self.retention_hours)
+            DeltaTable.forPath(spark, table_path(self.output, name)).vacuum(self.retention_hours)
             done.append(name)
         return done
 

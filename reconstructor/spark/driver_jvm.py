@@ -22,10 +22,15 @@ OUT_OF_MEMORY = 52
 EXIT_WAIT_S = 10.0
 
 
+def _started_here(spark) -> subprocess.Popen | None:
+    """The driver JVM's process when this process started it (``build_spark``), else None."""
+    return getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+
+
 def exit_status(spark, *, wait_s: float = 0.0) -> int | None:
     """The exit status of the driver JVM this process started (negative: the signal that killed
     it); None while it runs, or when another process started it."""
-    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    proc = _started_here(spark)
     if proc is None:
         return None
     try:
@@ -39,7 +44,7 @@ def stop(spark, *, wait_s: float = 30.0) -> bool:
     writing among them, stop where they are): True once it has exited, so that nothing of this
     driver can start a commit any more; False when another process started it, or it outlived
     ``wait_s``."""
-    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    proc = _started_here(spark)
     if proc is None:
         return False
     if proc.poll() is None:

@@ -25,10 +25,11 @@ from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.seed import NO_SEEDS, SessionSeeds
 from reconstructor.core.timestamps import RFC3339_PATTERN
 from reconstructor.errors import UsageError
+from reconstructor.spark.engine import PROJECT_JAR
 from reconstructor.spark.parse import TS_RANGE_TEXT, TS_RANGE_US
 
 #: The engine jar's file name in the Spark jars folder, and the version of it this code speaks to.
-ENGINE_JAR = "reconstructor-engine.jar"
+ENGINE_JAR = PROJECT_JAR  # the engine ships in the project's jar
 ENGINE_VERSION = "3"
 
 

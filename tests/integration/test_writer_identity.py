@@ -152,11 +152,16 @@ def test_a_run_on_a_replays_checkpoint_behind_the_writer_is_refused_naming_how_f
             spark.sql(f"ALTER TABLE delta.`{out}/{name}` SET TBLPROPERTIES ('test.after' = '{i}')")
     before = table_versions(spark, out)
 
-    capsys.readouterr()
-    code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
-                     "--checkpoint", replay_chk, "--compact-every", "off"])
-    assert code == 2
-    line = capsys.readouterr().err.strip().splitlines()[-1]
+
+    def refused_takeover() -> str:
+        """A run on the replay's checkpoint, refused (exit 2): its one line."""
+        capsys.readouterr()
+        code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
+                         "--checkpoint", replay_chk, "--compact-every", "off"])
+        assert code == 2
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    line = refused_takeover()
     assert line.startswith(f"reconstructor: the tables under {out} were written further by their writer, query ")
     assert f"than the checkpoint {replay_chk} reached: {spec.topics()[0]}[" in line and " behind)" in line
     assert table_versions(spark, out) == before
@@ -172,11 +177,7 @@ def test_a_run_on_a_replays_checkpoint_behind_the_writer_is_refused_naming_how_f
             if int(f.stem) < last:
                 f.unlink()
     before = table_versions(spark, out)
-    capsys.readouterr()
-    code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,
-                     "--checkpoint", replay_chk, "--compact-every", "off"])
-    assert code == 2
-    line = capsys.readouterr().err.strip().splitlines()[-1]
+    line = refused_takeover()
     assert line.startswith(f"reconstructor: the tables under {out} no longer hold the commits of their writer, "
                            "query "), line
     assert line.endswith(f"so the checkpoint {replay_chk} cannot take over from it; replay into a new output "

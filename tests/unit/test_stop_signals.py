@@ -210,14 +210,11 @@ def test_a_stop_that_leaves_a_batch_writing_says_so_and_its_lease_is_kept_not_re
 def test_the_driver_jvm_this_process_started_is_ended_and_one_it_did_not_start_is_not():
     """A lease is given up under a batch still writing only once the driver's JVM has exited:
     ``driver_jvm.stop`` ends the one this process started and says so, and says when it cannot."""
-    import subprocess
-    import sys
     from types import SimpleNamespace
 
     from reconstructor.spark import driver_jvm
 
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    started = SimpleNamespace(sparkContext=SimpleNamespace(_gateway=SimpleNamespace(proc=proc)))
+    started, proc = _driver_started_here()
     assert driver_jvm.stop(started) is True
     assert proc.poll() is not None and driver_jvm.exit_status(started) is not None
     assert driver_jvm.stop(started) is True  # already gone
@@ -230,15 +227,10 @@ def test_a_signalled_run_under_writes_ends_its_jvm_and_then_releases_its_lease(t
     """Under a batch still writing, a run stopped by a signal ends the driver's JVM (this process
     started it), after which nothing of it can commit, and releases its lease as usual, so that
     the next run need not wait out the TTL; a run that stops otherwise leaves the lease to expire."""
-    import subprocess
-    import sys
-    from types import SimpleNamespace
-
     from reconstructor.cli.commands import lease_under_writes
     from reconstructor.contract.lease import FileLeaseStore, WriterLease
 
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    spark = SimpleNamespace(sparkContext=SimpleNamespace(_gateway=SimpleNamespace(proc=proc)))
+    spark, proc = _driver_started_here()
     store = FileLeaseStore(tmp_path / "writer.lease")
     lease = WriterLease(store, "run", "chk", ttl_s=60, say=lambda line: None)
     lease.acquire("out")
@@ -250,3 +242,14 @@ def test_a_signalled_run_under_writes_ends_its_jvm_and_then_releases_its_lease(t
     finally:
         proc.kill()
         proc.wait()
+
+
+def _driver_started_here():
+    """A SparkSession's stand-in whose driver "JVM" is a real child process of this one (what
+    ``build_spark`` leaves in ``sparkContext._gateway.proc``), and that process."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    return SimpleNamespace(sparkContext=SimpleNamespace(_gateway=SimpleNamespace(proc=proc))), proc
