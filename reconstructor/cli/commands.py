@@ -191,8 +191,12 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
 def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, replay: bool,
            metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease=None,
            seeds=None) -> None:
+    from reconstructor.spark.nothing_new import nothing_new
     from reconstructor.spark.pipeline import start
 
+    if not replay and (line := nothing_new(spark, cfg, dt.datetime.now(dt.timezone.utc))) is not None:
+        print(f"reconstructor: {line}", file=sys.stderr, flush=True)
+        return
     running = start(spark, cfg, replay=replay, on_counts=metrics.count if metrics is not None else None,
                     lease_check=lease.check if lease is not None else None,
                     lease_token=lease.token if lease is not None else None, session_seeds=seeds)

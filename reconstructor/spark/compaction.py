@@ -164,8 +164,9 @@ class BackgroundCompactor:
     """Runs ``Compactor.run`` in a daemon thread of the streaming driver: once it is due, then every
     ``every_s``.  With a ``mark`` (the output's last compaction) it is due ``every_s`` after the last
     compaction of any run, so a run every few minutes does not OPTIMIZE and VACUUM at each start,
-    and its exit never waits for a compaction that was not due; without one, at the start (a
-    scheduled available-now run shorter than the interval still compacts the hours that closed)."""
+    and its exit never waits for a compaction that was not due; an output with no mark yet (its
+    first run) starts the schedule, recording the mark now, and compacts an interval later.
+    Without a ``mark``, at the start (``compact``, and tests)."""
 
     def __init__(self, compactor: Compactor, every_s: float, vacuum: bool = True,
                  mark: CompactionMark | None = None, clock: Callable[[], dt.datetime] | None = None):
@@ -200,7 +201,10 @@ class BackgroundCompactor:
 
     def _loop(self) -> None:
         if self.mark is not None:
-            due_in = wait_before_compaction(self.mark.last(), self._clock(), dt.timedelta(seconds=self.every_s))
+            last, now = self.mark.last(), self._clock()
+            if last is None:  # the first run of the schedule: it starts now (new tables need none)
+                self.mark.record(now)
+            due_in = wait_before_compaction(last or now, now, dt.timedelta(seconds=self.every_s))
             if self._stop.wait(due_in.total_seconds()):
                 return
         while not self._stop.is_set():

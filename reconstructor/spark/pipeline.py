@@ -30,6 +30,7 @@ from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 from reconstructor.spark.evolution import evolve_tables
+from reconstructor.spark.nothing_new import record_start
 from reconstructor.spark.seal_rows import seal_sessions
 from reconstructor.core.chain import ChainKey
 from reconstructor.spark.sinks import DeltaSinks
@@ -261,6 +262,7 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
         raise
     if background is not None:  # its first run is now, so after the tables exist
         background.start()
+    record_start(spark, cfg, "replay" if replay else "run")  # a later run with nothing new may end early
     return RunningPipeline(query, sinks, background)
 
 

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import TABLES
 from tests.support.cli import cli, cli_in_process, produce
 from tests.support.pipeline import current_tables
 
@@ -42,6 +43,24 @@ def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stac
         assert from_state[rid]["status"] == values["status"]
         assert from_state[rid]["reading_count"] == values["reading_count"]
 
+    # Run again with nothing new in Kafka: it ends before building its query, and writes nothing.
+    run = ("run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{good}[0-9]+", "--output", out,
+           "--checkpoint", chk, "--compact-every", "off")
+    versions = _versions(out)
+    again = cli_in_process(*run)
+    assert again.returncode == 0 and "nothing new in Kafka since batch 0" in again.stderr, again.stderr[-2000:]
+    assert _versions(out) == versions
+    # A setting a start acts on still is acted on: the other engine is refused, as on any start.
+    other = cli_in_process(*run, "--engine", "jvm")
+    assert other.returncode == 2 and "engine" in other.stderr, other.stderr[-2000:]
+    # A new topic's records are read.
+    produced = produce("--bootstrap-servers", bootstrap, "--topic-prefix", f"{good}9", "--sensors", "1",
+                       "--sessions", "1", "--rows", "5", "--updates", "3", "--no-end")
+    assert produced.returncode == 0, produced.stderr
+    third = cli_in_process(*run)
+    assert third.returncode == 0 and "nothing new" not in third.stderr, third.stderr[-2000:]
+    assert (f"{good}90", f"{good}90-session-0") in current_tables(spark, out, NAMES)
+
     # A gap: exit code 3 and the design's line, naming the record.
     produced = produce("--bootstrap-servers", bootstrap, "--topic-prefix", bad, "--sensors", "1",
                    "--sessions", "2", "--rows", "10", "--updates", "30", "--inject", "gap")
@@ -53,6 +72,13 @@ def test_run_exits_3_with_the_violation_line_and_state_matches_current_rows(stac
     last = failed.stderr.strip().splitlines()[-1]
     assert last.startswith(f"reconstructor: INTEGRITY VIOLATION GAP topic={bad}0 partition=")
     assert f"session={bad}0-session-" in last and "expected_seq=" in last and "found_seq=" in last
+
+
+def _versions(output: str) -> dict[str, int]:
+    """Each output table's newest Delta version (delta-rs)."""
+    from deltalake import DeltaTable
+
+    return {name: DeltaTable(f"{output}/{name}").version() for name in TABLES}
 
 
 def test_run_names_the_output_it_cannot_create_its_tables_in(stack, run_id, tmp_path):

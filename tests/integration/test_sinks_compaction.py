@@ -191,9 +191,10 @@ def test_a_background_compactor_compacts_due_hours_at_its_start_and_stop_waits_f
 
 
 def test_a_run_starts_no_compaction_before_it_is_due_and_does_the_work_once_it_is(spark, tmp_path):
-    """The output keeps its last compaction's time: a run an interval has not passed since starts
-    none (its stop does not wait for one, and nothing is optimized or vacuumed), and a run once the
-    interval has passed compacts and records its own."""
+    """The output keeps its last compaction's time: its first run starts the schedule (it records
+    the mark and compacts nothing), a run an interval has not passed since starts none (its stop
+    does not wait for one, and nothing is optimized or vacuumed), and a run once the interval has
+    passed compacts and records its own."""
     import datetime as dt
 
     from reconstructor.spark.compaction import BackgroundCompactor
@@ -204,12 +205,12 @@ def test_a_run_starts_no_compaction_before_it_is_due_and_does_the_work_once_it_i
     compactor = Compactor(spark, out, grace_s=0, min_files=1)
     mark = CompactionMark(spark, out)
     assert mark.last() is None
-    first = BackgroundCompactor(compactor, every_s=3600, mark=mark).start()
-    _await_runs(first, 1)
-    first.stop()
-    recorded = mark.last()
-    assert recorded is not None and sorted(h.hour for h in first.last_report.hours) == hours
     history = {name: _operations(spark, f"{out}/{name}") for name in ("row_changes",)}
+    first = BackgroundCompactor(compactor, every_s=3600, mark=mark).start()
+    started = _await(mark.last, "the schedule's start")
+    first.stop()
+    assert first.runs == 0 and {name: _operations(spark, f"{out}/{name}") for name in history} == history
+    recorded = started
 
     too_soon = BackgroundCompactor(compactor, every_s=3600, mark=mark).start()
     time.sleep(2)  # the time a due compaction takes to start (it starts at once)
@@ -223,7 +224,16 @@ def test_a_run_starts_no_compaction_before_it_is_due_and_does_the_work_once_it_i
     _await_runs(due, 1)
     due.stop()
     assert due.runs == 1 and mark.last() > recorded - dt.timedelta(hours=2)
+    assert sorted(h.hour for h in due.last_report.hours) == hours
     assert _operations(spark, f"{out}/row_changes")[0] == "VACUUM END"  # the newest: it did the work
+
+
+def _await(ready, what: str):
+    deadline = time.monotonic() + 60  # a guard against waiting forever, not a measurement
+    while not (found := ready()):
+        assert time.monotonic() < deadline, f"no {what}"
+        time.sleep(0.05)
+    return found
 
 
 def _await_runs(background, runs: int) -> None:
