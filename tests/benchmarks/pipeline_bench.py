@@ -13,8 +13,9 @@ Each engine's ratio to the limit (and to the peer) is the limit's time over the 
 updates/s over the limit's): 1 is the limit's speed, below 1 slower.
 ``--split`` (with ``throughput``) reads Spark's event log and prints where each batch of the last
 measured runs went (``batch_time``).
-``scheduled`` measures the fixed cost of a scheduled ``available-now`` run: a run over tables and a
-checkpoint an earlier run left, with nothing new in Kafka, for each engine and for the limit.
+``scheduled`` measures a scheduled ``available-now`` run as the scheduler pays it, whole processes
+side by side (``tests.benchmarks.scheduled_bench``): a first run and runs with nothing new, under
+each engine and for the limit as a process of its own.
 ``scaling`` keeps a fixed update workload on 20 hot sessions while the state grows to 1k, 10k and
 100k idle sessions (each with a real 5-row table) and reports, per engine, each batch's duration
 and the bytes its checkpoint wrote.
@@ -68,7 +69,7 @@ from workbench.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E40
 from workbench.producer import SensorProducer  # noqa: E402
 from reconstructor.contract.row_schema import RowSchema  # noqa: E402
 from tests.support.kafka import create_topics  # noqa: E402
-from tests.benchmarks import batch_time  # noqa: E402
+from tests.benchmarks import batch_time, scheduled_bench  # noqa: E402
 
 PARTITIONS = 2
 
@@ -693,40 +694,6 @@ def _scaling_batch(spark, cfg: Settings, state: Path) -> dict:
             "checkpoint_bytes_written": written}
 
 
-def scheduled(spark, args, work: Path) -> dict:
-    """The fixed cost of a scheduled ``available-now`` run: each engine's run over tables and a
-    checkpoint it wrote before, with nothing new in Kafka, beside the limit's run over its own."""
-    spec = FleetSpec(topic_prefix=f"sched{uuid.uuid4().hex[:8]}-sensor-", sensors=args.sensors,
-                     sessions_per_sensor=args.sessions, rows=args.rows, updates=10, rows_per_update=3,
-                     end_sessions=False, seed=13, start=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2))
-    create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in spec.topics()})
-    _publish(list(plan_fleet(spec)), spec.topics())
-    pattern = f"{spec.topic_prefix}[0-9]+"
-    idle: dict[str, list[float]] = {"stateless limit": [], **{f"reconstructor, {e.value}": [] for e in args.engines}}
-    for i in range(args.warmup + args.repeat):
-        runs = [("stateless limit", lambda root: _stateless_limit(spark, pattern, root, None))]
-        runs += [(f"reconstructor, {e.value}", lambda root, e=e: _reconstructor(spark, pattern, root, None, e))
-                 for e in args.engines]
-        for label, run in runs:
-            root = work / f"{label.replace(', ', '-').replace(' ', '-')}-{i}"
-            run(root)  # the tables and the checkpoint, as a first run leaves them
-            seconds, progress = run(root)
-            if progress and any(p["numInputRows"] for p in progress):
-                raise RuntimeError(f"{label}: the second run read records; it should have found nothing new")
-            if i >= args.warmup:
-                idle[label].append(seconds)
-                print(f"{label}: a run with nothing new {seconds:.2f}s", flush=True)
-    return {"sessions": len(spec.topics()) * args.sessions, "runs": idle,
-            "seconds_median": {label: statistics.median(s) for label, s in idle.items()}}
-
-
-def _print_scheduled(s: dict) -> None:
-    print("\n| a scheduled available-now run with nothing new | seconds, median (runs) |\n|---|---:|")
-    for label, runs in s["runs"].items():
-        print(f"| {label} | {s['seconds_median'][label]:.2f} ({', '.join(f'{r:.2f}' for r in runs)}) |")
-    print(flush=True)
-
-
 def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
     """Fixed work on 20 hot sessions while idle sessions in state grow; one batch per round, per
     engine.  The engines read the same topics, each into its own tables and checkpoint."""
@@ -846,6 +813,11 @@ def main(argv: list[str] | None = None) -> int:
                         "measures quarantine mode's cost in one run)")
     p.add_argument("--repeat", type=int, default=3, help="measured runs of each engine; the median counts")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured runs of each engine first")
+    p.add_argument("--rounds-scheduled", type=int, default=3,
+                   help="scheduled: rounds of every subject (a first run, then --idle-runs); the median counts")
+    p.add_argument("--idle-runs", type=int, default=2, help="scheduled: runs with nothing new after each first run")
+    p.add_argument("--store", choices=["s3", "local"], default="s3",
+                   help="scheduled: the tables and checkpoints on the local S3 endpoint (default) or in a folder")
     p.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000, 100000])
     p.add_argument("--rounds", type=int, default=3, help="measured batches per state size")
     p.add_argument("--load-batch", type=int, default=50_000, help="maxOffsetsPerTrigger while loading state")
@@ -880,9 +852,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.which in ("all", "throughput"):
             out["throughput"] = throughput(spark, args, work / "throughput")
             _print_throughput(out["throughput"])
-        if args.which in ("all", "scheduled"):
-            out["scheduled"] = scheduled(spark, args, work / "scheduled")
-            _print_scheduled(out["scheduled"])
+        if args.which in ("all", "scheduled"):  # whole processes of their own, beside this one
+            out["scheduled"] = scheduled_bench.measure(argparse.Namespace(
+                **scheduled_bench.FLEET, rounds=args.rounds_scheduled, idle_runs=args.idle_runs, store=args.store,
+                engines=[e.value for e in args.engines]))
+            scheduled_bench.print_table(out["scheduled"])
         if args.which in ("all", "floor"):
             out["floor"] = floor(spark, args, work / "floor")
             _print_floor(out["floor"])

@@ -71,7 +71,13 @@ def _timed(command: list[str], env: dict[str, str], log: Path) -> float:
     return seconds
 
 
+#: The fleet: 12 open sessions (3 sensors, 4 sessions each, 50 rows, 100 updates of 3 rows).
+FLEET = {"sensors": 3, "sessions": 4, "rows": 50, "updates": 100}
+
+
 def measure(args) -> dict:
+    """``args``: ``rounds``, ``idle_runs``, ``store``, ``engines`` (names), and the fleet's
+    ``sensors``, ``sessions``, ``rows``, ``updates``."""
     pattern, messages = _fleet(args.sensors, args.sessions, args.rows, args.updates)
     print(f"fleet: {messages:,} messages on {args.sensors} topics x {PARTITIONS} partitions", flush=True)
     env = {**os.environ, "RECON_BOOTSTRAP_SERVERS": localstack.bootstrap_servers(), "PYTHONUNBUFFERED": "1"}
@@ -118,22 +124,18 @@ def print_table(s: dict) -> None:
           f"{s['idle_runs']} runs in each)", flush=True)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rounds", type=int, default=3, help="scheduled: rounds of every subject; the median counts")
-    p.add_argument("--idle-runs", type=int, default=2, help="scheduled: runs with nothing new after each first run")
-    p.add_argument("--store", choices=["s3", "local"], default="s3",
-                   help="scheduled: the tables and checkpoints on the local S3 endpoint (default) or in a folder")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sensors", type=int, default=3)
-    p.add_argument("--sessions", type=int, default=4, help="sessions per sensor")
-    p.add_argument("--rows", type=int, default=50)
-    p.add_argument("--updates", type=int, default=100)
+    p.add_argument("--sensors", type=int, default=FLEET["sensors"])
+    p.add_argument("--sessions", type=int, default=FLEET["sessions"], help="sessions per sensor")
+    p.add_argument("--rows", type=int, default=FLEET["rows"])
+    p.add_argument("--updates", type=int, default=FLEET["updates"])
     p.add_argument("--engines", default="python,jvm", type=lambda s: s.split(","))
     p.add_argument("--json", default="bench-scheduled.json")
-    add_arguments(p)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every subject; the median counts")
+    p.add_argument("--idle-runs", type=int, default=2, help="runs with nothing new after each first run")
+    p.add_argument("--store", choices=["s3", "local"], default="s3",
+                   help="the tables and checkpoints on the local S3 endpoint (default) or in a folder")
     args = p.parse_args(argv)
     localstack.up()
     out = measure(args)
