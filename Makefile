@@ -12,7 +12,7 @@ FLEET_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: help venv jars up down status test test-unit test-integration test-slow fuzz bench bench-fleet bench-core demo smoke wheel clean
+.PHONY: help venv jars cds up down status test test-unit test-integration test-slow fuzz bench bench-fleet bench-core demo smoke wheel clean
 
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
@@ -31,6 +31,7 @@ help:
 	@echo "make up | down | status  the local Kafka broker (127.0.0.1:9092) and S3 endpoint (:9000)"
 	@echo "make smoke             the stack smoke pipeline (Kafka -> Spark -> Delta on S3A) alone"
 	@echo "make jars              resolve the JVM jars from Maven Central into .jars/ and build the JVM engine"
+	@echo "make cds               with the stack, the driver JVM's class archive in .jars/cds/ (test and bench make it)"
 	@echo "make wheel             build the wheel into dist/"
 
 $(VENV)/.installed: pyproject.toml
@@ -78,8 +79,17 @@ PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfi
 # same workers, so that the crash trials start first, beside the other files, not after them.
 TEST_MARK = $(if $(WITH_SLOW),slow or not slow,not slow)
 
+# The driver JVM's class-data-sharing archive (workbench/class_archive.py): made once per set of
+# jars, with the stack up; a local driver then starts with it.  Without one the JVMs start as before.
+CDS = $(VPY) -m workbench.class_archive || echo "warning: no class archive was made: the JVMs start without one"
+
+cds: jars
+	@$(STACK) up
+	@$(CDS)
+
 test: jars
 	@$(STACK) up
+	@$(CDS)
 	@rc=0; $(VPY) -m pytest -m "$(TEST_MARK)" $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 test-unit: venv
@@ -87,10 +97,12 @@ test-unit: venv
 
 test-integration: jars
 	@$(STACK) up
+	@$(CDS)
 	@rc=0; $(VPY) -m pytest -m "integration and not slow" $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 test-slow: jars
 	@$(STACK) up
+	@$(CDS)
 	@rc=0; $(VPY) -m pytest -m slow $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 
@@ -102,10 +114,12 @@ fuzz: jars
 
 bench: jars
 	@$(STACK) up
+	@$(CDS)
 	@rc=0; $(VPY) -m tests.benchmarks.pipeline_bench $(BENCH_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 bench-fleet: jars
 	@$(STACK) up
+	@$(CDS)
 	@rc=0; $(VPY) -m tests.benchmarks.fleet_bench $(FLEET_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 bench-core: venv

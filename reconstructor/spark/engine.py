@@ -15,6 +15,7 @@ from typing import Mapping
 from pyspark.sql import SparkSession
 
 from reconstructor.settings import S3Settings
+from reconstructor.spark.class_archive import class_archive, with_class_archive
 
 
 def s3a_conf(s3: S3Settings) -> dict[str, str]:
@@ -104,6 +105,8 @@ def spark_settings(master: str | None, *, s3: S3Settings | None = None,
                 **(s3a_conf(s3) if s3 is not None else {}), **(conf or {})}
     for key in JAVA_OPTIONS:
         settings[key] = with_thread_stack(settings.get(key, ""))
+    if not _launched_by_spark_submit():  # this builder starts the driver JVM
+        settings[DRIVER_JAVA_OPTIONS] = with_class_archive(settings[DRIVER_JAVA_OPTIONS], class_archive(jars_dir))
     return settings
 
 
@@ -195,7 +198,8 @@ PUT_IF_ABSENT_LOG_STORE = "reconstructor.delta.PutIfAbsentLogStore"
 
 
 # The driver's and the executors' Java options, where the thread stack is set.
-JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+JAVA_OPTIONS = (DRIVER_JAVA_OPTIONS, "spark.executor.extraJavaOptions")
 # Spark's ``schema_of_variant`` recurses once per nesting level of a value: JSON nested about 900
 # deep (Jackson allows 1000) overflowed the default 1 MB thread stack of the task running the parse
 # and failed the query.  8 MB holds the deepest value Jackson accepts.  Platforms that start the

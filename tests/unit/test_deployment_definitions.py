@@ -156,3 +156,26 @@ def test_each_stream_registers_its_tables_in_the_platforms_catalog():
     assert "--catalog" in args and glue in args and "spark.sql.catalogImplementation=hive" in args
     serverless = json.loads((ROOT / "infra/emr/serverless-job-run.json").read_text())["jobDriver"]["sparkSubmit"]
     assert "--catalog" in serverless["entryPointArguments"] and glue in serverless["sparkSubmitParameters"]
+
+
+def test_a_local_driver_starts_with_the_class_archive_only_where_make_cds_made_one(tmp_path, monkeypatch):
+    """The archive goes on the driver's Java options beside what is there; options that decide
+    about class data sharing themselves are left as they are, and a driver that spark-submit
+    started (Databricks, EMR) is not the builder's to start."""
+    from reconstructor.spark.class_archive import ARCHIVE
+    from reconstructor.spark.engine import DRIVER_JAVA_OPTIONS, spark_settings
+
+    for name in ("PYSPARK_GATEWAY_PORT", "SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "spark").mkdir()
+    (tmp_path / "spark" / "delta-spark.jar").write_bytes(b"")
+    assert "SharedArchiveFile" not in spark_settings("local[2]", jars_dir=tmp_path)[DRIVER_JAVA_OPTIONS]
+    (tmp_path / ARCHIVE).parent.mkdir()
+    (tmp_path / ARCHIVE).write_bytes(b"archive")
+    options = spark_settings("local[2]", jars_dir=tmp_path, conf={DRIVER_JAVA_OPTIONS: "-Dx=1"})[DRIVER_JAVA_OPTIONS]
+    assert options.startswith("-Dx=1 -Xss8m") and f"-XX:SharedArchiveFile={(tmp_path / ARCHIVE).resolve()}" in options
+    assert "-Xlog:cds=off" in options
+    own = spark_settings("local[2]", jars_dir=tmp_path, conf={DRIVER_JAVA_OPTIONS: "-Xshare:off"})
+    assert "SharedArchiveFile" not in own[DRIVER_JAVA_OPTIONS]
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "4040")
+    assert "SharedArchiveFile" not in spark_settings(None, jars_dir=tmp_path)[DRIVER_JAVA_OPTIONS]
