@@ -22,10 +22,19 @@ def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
             query_id = query_id_of(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
-    commits = Path(root, "commits")
-    names = [s.getPath().getName() for s in fs.listStatus(commits)] if fs.exists(commits) else []
     output = read_checkpoint_file(spark, location, OUTPUT_FILE) if fs.exists(root) else None
-    return CheckpointState(location, query_id, last_batch(names), output.strip() if output else None)
+    return CheckpointState(location, query_id, last_batch_in(spark, location, "commits"),
+                           output.strip() if output else None)
+
+
+def last_batch_in(spark: SparkSession, location: str, log: str) -> int | None:
+    """The newest batch id in one of the checkpoint's logs (``commits``, ``offsets``), else None."""
+    jvm = spark.sparkContext._jvm
+    folder = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), log)
+    fs = folder.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+    if not fs.exists(folder):
+        return None
+    return last_batch([s.getPath().getName() for s in fs.listStatus(folder)])
 
 
 def record_output(spark: SparkSession, checkpoint: CheckpointState, output: str) -> None:

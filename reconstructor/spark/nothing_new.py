@@ -21,13 +21,14 @@ from pyspark.sql import SparkSession
 from reconstructor.audit.delta_tables import OutputTables
 from reconstructor.audit.key_check import checked_outputs
 from reconstructor.contract.tables import TABLES
-from reconstructor.contract.writer import WRITER_PROPERTY, last_batch
+from reconstructor.contract.writer import WRITER_PROPERTY
 from reconstructor.core.caught_up import caught_up, start_fingerprint
 from reconstructor.core.compaction_schedule import wait_before_compaction
 from reconstructor.core.data_loss import offsets_from_log
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.settings import Settings
-from reconstructor.spark.checkpoint import checkpoint_state, read_checkpoint_file, write_checkpoint_file
+from reconstructor.spark.checkpoint import (checkpoint_state, last_batch_in, read_checkpoint_file,
+                                            write_checkpoint_file)
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.spark.source import anchored
@@ -76,7 +77,7 @@ def _nothing_new(spark: SparkSession, cfg: Settings, now) -> str | None:
         if last is None or wait_before_compaction(last, now, cfg.compact_every).total_seconds() <= 0:
             return None
     checkpoint = checkpoint_state(spark, cfg.checkpoint)
-    planned = _last_planned(spark, cfg.checkpoint)
+    planned = last_batch_in(spark, cfg.checkpoint, "offsets")
     if checkpoint.last_committed is None or planned != checkpoint.last_committed:
         return None
     text = read_checkpoint_file(spark, cfg.checkpoint, f"offsets/{planned}")
@@ -88,15 +89,6 @@ def _nothing_new(spark: SparkSession, cfg: Settings, now) -> str | None:
     if any(tables.properties(name).get(WRITER_PROPERTY) != checkpoint.query_id for name in TABLES):
         return None  # another writer's tables, or a takeover: the start's checks decide
     return f"nothing new in Kafka since batch {planned}: no micro-batch to run"
-
-
-def _last_planned(spark: SparkSession, location: str) -> int | None:
-    jvm = spark.sparkContext._jvm
-    offsets = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), "offsets")
-    fs = offsets.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
-    if not fs.exists(offsets):
-        return None
-    return last_batch([s.getPath().getName() for s in fs.listStatus(offsets)])
 
 
 def _kafka_ends(spark: SparkSession, cfg: Settings, known: set[tuple[str, int]]) -> dict[tuple[str, int], int]:

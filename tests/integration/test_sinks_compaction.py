@@ -13,6 +13,7 @@ from workbench.producer import SensorProducer
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.compaction import Compactor
 from tests.support.pipeline import expected_open, read_table, run
+from tests.support.faulty_s3 import wait_for
 from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration
@@ -207,7 +208,7 @@ def test_a_run_starts_no_compaction_before_it_is_due_and_does_the_work_once_it_i
     assert mark.last() is None
     history = {name: _operations(spark, f"{out}/{name}") for name in ("row_changes",)}
     first = BackgroundCompactor(compactor, every_s=3600, mark=mark).start()
-    started = _await(mark.last, "the schedule's start")
+    started = wait_for(mark.last, "the schedule's start")
     first.stop()
     assert first.runs == 0 and {name: _operations(spark, f"{out}/{name}") for name in history} == history
     recorded = started
@@ -227,13 +228,6 @@ def test_a_run_starts_no_compaction_before_it_is_due_and_does_the_work_once_it_i
     assert sorted(h.hour for h in due.last_report.hours) == hours
     assert _operations(spark, f"{out}/row_changes")[0] == "VACUUM END"  # the newest: it did the work
 
-
-def _await(ready, what: str):
-    deadline = time.monotonic() + 60  # a guard against waiting forever, not a measurement
-    while not (found := ready()):
-        assert time.monotonic() < deadline, f"no {what}"
-        time.sleep(0.05)
-    return found
 
 
 def _await_runs(background, runs: int) -> None:
