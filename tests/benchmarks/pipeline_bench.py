@@ -16,6 +16,9 @@ measured runs went (``batch_time``).
 ``scheduled`` measures a scheduled ``available-now`` run as the scheduler pays it, whole processes
 side by side (``tests.benchmarks.scheduled_bench``): a first run and runs with nothing new, under
 each engine and for the limit as a process of its own.
+``history`` sets a live fleet's batches into fresh tables beside the same into tables that hold a
+long history (a million ended sessions, ten thousand commits in each log), in this JVM
+(``tests.benchmarks.history_bench``; the history is built once and kept in ``.stack/bench-history``).
 ``scaling`` keeps a fixed update workload on 20 hot sessions while the state grows to 1k, 10k and
 100k idle sessions (each with a real 5-row table) and reports, per engine, each batch's duration
 and the bytes its checkpoint wrote.
@@ -69,7 +72,7 @@ from workbench.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E40
 from workbench.producer import SensorProducer  # noqa: E402
 from reconstructor.contract.row_schema import RowSchema  # noqa: E402
 from tests.support.kafka import create_topics  # noqa: E402
-from tests.benchmarks import batch_time, scheduled_bench  # noqa: E402
+from tests.benchmarks import batch_time, history_bench, scheduled_bench  # noqa: E402
 
 PARTITIONS = 2
 
@@ -798,7 +801,7 @@ def _floor_variants(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("which", nargs="?", choices=["all", "throughput", "scheduled", "scaling", "floor"], default="all")
+    p.add_argument("which", nargs="?", choices=["all", "throughput", "scheduled", "history", "scaling", "floor"], default="all")
     p.add_argument("--sensors", type=int, default=4)
     p.add_argument("--sessions", type=int, default=10, help="sessions per sensor")
     p.add_argument("--rows", type=int, default=200, help="rows in each session's snapshot")
@@ -818,6 +821,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-runs", type=int, default=2, help="scheduled: runs with nothing new after each first run")
     p.add_argument("--store", choices=["s3", "local"], default="s3",
                    help="scheduled: the tables and checkpoints on the local S3 endpoint (default) or in a folder")
+    p.add_argument("--history-ended", type=int, default=1_000_000,
+                   help="history: ended sessions in the long history's sessions table (default 1,000,000)")
+    p.add_argument("--history-commits", type=int, default=10_000,
+                   help="history: past commits in each of its tables' logs (default 10,000)")
+    p.add_argument("--history-rounds", type=int, default=2,
+                   help="history: rounds of the fresh and the long-history tables, alternated (default 2)")
     p.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000, 100000])
     p.add_argument("--rounds", type=int, default=3, help="measured batches per state size")
     p.add_argument("--load-batch", type=int, default=50_000, help="maxOffsetsPerTrigger while loading state")
@@ -857,6 +866,11 @@ def main(argv: list[str] | None = None) -> int:
                 **scheduled_bench.FLEET, rounds=args.rounds_scheduled, idle_runs=args.idle_runs, store=args.store,
                 engines=[e.value for e in args.engines]))
             scheduled_bench.print_table(out["scheduled"])
+        if args.which in ("all", "history"):  # the long history is built once, in .stack/bench-history
+            out["history"] = history_bench.measure(spark, history_bench.arguments(
+                ["--ended", str(args.history_ended), "--commits", str(args.history_commits),
+                 "--rounds", str(args.history_rounds)]), work / "history")
+            history_bench.print_table(out["history"])
         if args.which in ("all", "floor"):
             out["floor"] = floor(spark, args, work / "floor")
             _print_floor(out["floor"])
