@@ -46,7 +46,7 @@ from workbench.fleet import Planned, publish
 from workbench.producer import SensorProducer
 
 #: Raise when the history's layout changes, so a cached one is built again.
-HISTORY_LAYOUT = 1
+HISTORY_LAYOUT = 2
 PARTITIONS = 2
 SENSORS = 4
 
@@ -133,8 +133,8 @@ def _ended_sessions(spark, output: str, count: int) -> None:
         else:
             col = F.lit(None)
         cols.append(col.cast(f.dataType).alias(f.name))
-    # The files a long-lived table's bin-packing leaves: a few, each of many sessions.
-    base.select(*cols).repartition(8).write.format("delta").mode("append").save(path)
+    # The one file the live tables' compaction leaves (OPTIMIZE packs files of up to 1 GB).
+    base.select(*cols).coalesce(1).write.format("delta").mode("append").save(path)
 
 
 def _past_commits(path: str, count: int) -> None:
@@ -206,7 +206,13 @@ def _batches(progress: list[dict]) -> list[float]:
 
 
 def measure(spark, args, work: Path) -> dict:
+    from reconstructor.spark.sinks import delta_sinks
+
     engine = StatefulEngine(args.engine)
+    # The live tables' compaction (every 50 batches in a run) every few, so that the measured
+    # batches hold what a long run's hold between two of them: the live sessions packed into the
+    # files of the ended ones.
+    delta_sinks.LIVE_COMPACTION_EVERY = args.live_compaction_every
     home, seed = build_history(spark, args, Path(args.cache), engine)
     run = f"r{uuid.uuid4().hex[:6]}"
     prefix = seed.replace("-seed-", f"-{run}-")
@@ -241,6 +247,7 @@ def measure(spark, args, work: Path) -> dict:
     return {"engine": engine.value, "sessions": args.sessions, "updates": args.updates, "rows": args.rows,
             "max_offsets_per_trigger": args.max_offsets, "ended_sessions": args.ended,
             "past_commits": args.commits, "rounds": args.rounds,
+            "live_compaction_every": args.live_compaction_every,
             "fresh_batch_s": fresh, "history_batch_s": history, "ratio": history / fresh,
             "batches": figures}
 
@@ -263,6 +270,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ended", type=int, default=1_000_000, help="ended sessions in the history (default 1,000,000)")
     p.add_argument("--commits", type=int, default=10_000, help="past commits in each table's log (default 10,000)")
     p.add_argument("--rounds", type=int, default=2, help="rounds of both subjects, alternated (default 2)")
+    p.add_argument("--live-compaction-every", type=int, default=4,
+                   help="batches between two compactions of the live tables (default 4; a run's is 50)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured runs into fresh tables first (default 1)")
     p.add_argument("--engine", choices=[e.value for e in StatefulEngine], default=StatefulEngine.PYTHON.value)
     p.add_argument("--cache", default=str(stack_dir() / "bench-history"),
