@@ -50,6 +50,9 @@ def test_thousands_of_messages_per_session_in_one_batch_rebuild_every_table_exac
         assert row.first_seq == 0 and row.last_seq == (1501 if session in closing else 1500)
         assert row.snapshot_seq == 1401  # the last resync: update slot 1400, after the first snapshot
     assert read_table(spark, out, "row_changes").count() == change_count(messages)
+    # The first batch into tables with no row appended what MERGEs would have inserted: the rows of
+    # the sessions that closed in it are not among them (the tables above hold the contract's).
+    assert _writes(spark, out, "current_rows") == _writes(spark, out, "sessions") == ["WRITE"]
     # Each file of the live tables and the log holds statistics on the contract's columns, no others.
     for name, columns in STATS_COLUMNS.items():
         fields = [f.name for f in DeltaTable(f"{out}/{name}").get_add_actions(flatten=True).schema]
@@ -95,6 +98,15 @@ def test_a_restart_from_the_checkpoint_continues_the_sequence(spark, stack, run_
     assert current_tables(spark, out, NAMES) == expected_open(messages, NAMES)
     assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
     assert read_table(spark, out, "row_changes").count() == change_count(messages)
+    # The first run's batch appended into the empty live tables; the restart's MERGEd into them.
+    assert _writes(spark, out, "current_rows") == _writes(spark, out, "sessions") == ["WRITE", "MERGE"]
+
+
+def _writes(spark, out: str, name: str) -> list[str]:
+    """The operations of the batches' commits to a table, oldest first (its creation and
+    property changes aside)."""
+    history = spark.sql(f"DESCRIBE HISTORY {path_ref(table_path(out, name))}").orderBy("version").collect()
+    return [h.operation for h in history if h.operation not in ("CREATE TABLE", "SET TBLPROPERTIES")]
 
 
 

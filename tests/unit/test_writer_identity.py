@@ -176,3 +176,16 @@ def test_a_takeover_behind_the_writer_on_any_partition_is_refused_naming_it_and_
                       "into the tables (it de-duplicates)")
     lacks = takeover_refusal("q-run", {("sensor-2", 0): 3}, chk, {("sensor-1", 0): 1300}, "out")
     assert "sensor-2[0] up to offset 3, which the checkpoint never read" in lacks
+
+
+@pytest.mark.parametrize("states, empty", [
+    ([], {"current_rows", "sessions"}),  # an output's first run: it creates the tables
+    (tables(False, None), {"current_rows", "sessions"}),
+    (tables(True, "q0"), set()),
+    ([TableState("current_rows", None, "q1"), TableState("sessions", False, "q0")], {"sessions"}),  # None: not read
+    ([TableState("row_changes", False, None)], {"current_rows", "sessions"}),
+])
+def test_only_a_live_table_absent_or_read_as_empty_takes_an_append_for_its_first_write(states, empty):
+    from reconstructor.spark.sinks.merges import empty_live_tables
+
+    assert empty_live_tables(states) == empty

@@ -24,7 +24,7 @@ from reconstructor.spark.sinks.appends import append_changes, append_violations,
 from reconstructor.spark.sinks.claim import WriterClaim
 from reconstructor.spark.sinks.fleet_seal import FleetLedger, violations_sum
 from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters
-from reconstructor.spark.sinks.merges import merge_live_tables
+from reconstructor.spark.sinks.merges import empty_live_tables, merge_live_tables
 from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.sinks.resync import ResyncRequests
 from reconstructor.spark.sinks.stats import Recorded, batch_stats, counts_of, recorded_of
@@ -72,6 +72,9 @@ class DeltaSinks:
         self._stops = BatchStops(self.loss_check, self.loss_registry, self.lease_check)
         self._ahead = SessionsAhead(self.spark, self.output, where={})
         self._writers = TableWriters(self.spark)
+        #: The live tables known to hold no row (absent or empty when the writer was checked), until
+        #: a batch writes them: their first write appends what a MERGE would insert (``merges``).
+        self._empty: set[str] = set()
         self._idle = threading.Event()  # set while no batch is writing (``writing``)
         self._idle.set()
         self._fleet = (FleetLedger(self.spark, self.output, self.chain_key)
@@ -95,6 +98,7 @@ class DeltaSinks:
         ``checkpoint`` is the query's ``CheckpointState``."""
         states = self._claim.check(checkpoint)
         self._ahead.where = written_ahead(self.spark, self.output, checkpoint, states, self.replay)
+        self._empty = set(empty_live_tables(states))
 
     def set_query_id(self, query_id: str) -> None:
         """The streaming query's id (``StreamingQuery.id``), right after ``writer.start()``."""
@@ -201,7 +205,10 @@ class DeltaSinks:
             current = current.join(behind, ["topic", "session"], "left_anti")
             sessions = sessions.join(behind, ["topic", "session"], "left_anti")
         appended = time.perf_counter()
-        tables = merge_live_tables(self.spark, txn, self.schema, current, sessions, closed=stats.closed > 0)
+        # Known empty only until the first attempt to write them, whether or not it commits.
+        empty, self._empty = frozenset(self._empty), set()
+        tables = merge_live_tables(self.spark, txn, self.schema, current, sessions, closed=stats.closed > 0,
+                                   empty=empty)
         if self._fleet is not None:
             self._fleet.sessions_committed()
         return appended, tables
