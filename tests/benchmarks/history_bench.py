@@ -55,16 +55,12 @@ def _ts() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _snapshot(topic: str, session: str, rows: int) -> Planned:
-    table = [{"id": f"row-{i}", "values": {"temperature": 20.0 + i, "status": "ok", "reading_count": i}}
-             for i in range(rows)]
-    return Planned(topic, session, {"session": session, "seq": 0, "type": "snapshot", "ts": _ts(), "rows": table})
-
-
 def live_fleet(topics: list[str], sessions: int, rows: int, updates: int) -> list[Planned]:
     """Every session's snapshot, then ``updates`` rounds of one one-row update per session."""
+    from tests.benchmarks.pipeline_bench import _snapshot  # that module imports this one
+
     names = [(topics[i % len(topics)], f"s{uuid.uuid4().hex[:6]}-{i}") for i in range(sessions)]
-    messages = [_snapshot(t, s, rows) for t, s in names]
+    messages = [_snapshot(t, s, rows, _ts()) for t, s in names]
     for seq in range(1, updates + 1):
         for topic, session in names:
             row = {"id": f"row-{seq % rows}", "values": {"temperature": float(seq), "status": "ok",

@@ -229,7 +229,6 @@ def test_a_run_starts_no_compaction_before_it_is_due_and_does_the_work_once_it_i
     assert _operations(spark, f"{out}/row_changes")[0] == "VACUUM END"  # the newest: it did the work
 
 
-
 def _await_runs(background, runs: int) -> None:
     deadline = time.monotonic() + 180  # a guard against waiting forever, not a measurement
     while background.runs < runs:
