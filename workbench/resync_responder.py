@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
 
+from reconstructor.spark.kafka_admin import watermarks
 from workbench.fleet import Planned, expected_tables, hash_partition
 from workbench.producer import SensorProducer, encode, librdkafka_logging
 
@@ -100,7 +101,7 @@ class ResyncResponder:
         self._thread = threading.Thread(target=self._loop, name="resync-responder", daemon=True)
 
     def _end(self, partition: int) -> int:
-        return self._watermarks.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=10)[1]
+        return watermarks(self._watermarks, self.topic, partition)[1]
 
     def start(self) -> "ResyncResponder":
         self._thread.start()

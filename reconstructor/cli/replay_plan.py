@@ -20,7 +20,8 @@ from reconstructor.settings import Settings
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.spark.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings
+from reconstructor.spark.kafka_admin import (broker_metadata, client_or_usage_error, librdkafka_settings,
+                                             watermarks)
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import SESSIONS, table_path
 
@@ -110,7 +111,7 @@ def earliest_offsets(cfg: Settings, found: dict[str, list[int]]) -> dict[str, di
         for topic, parts in found.items():
             for p in parts:
                 try:
-                    low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                    low, _ = watermarks(consumer, topic, p)
                 except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException, named per partition
                     raise ReconstructorError(f"cannot find the earliest offset of {topic} partition {p}: "
                                              f"{error_line(exc)}") from None

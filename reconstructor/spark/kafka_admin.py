@@ -7,9 +7,10 @@ check one before a run, those lines are noise, so the client gets a logger that 
 from __future__ import annotations
 
 import re
+import time
 from typing import Mapping
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from reconstructor.errors import UsageError
@@ -132,3 +133,27 @@ def client_or_usage_error(make, *args, **conf):
     except (KafkaException, ValueError, TypeError) as exc:
         raise UsageError(f"librdkafka rejects the [kafka] settings: "
                          f"{exc}") from None
+
+
+# What a broker answers for a partition whose leader is being elected (a topic created a moment
+# before, a broker that restarts): it will answer again once the election is over.
+_ELECTING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                       KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float = 10.0) -> tuple[int, int]:
+    """A partition's low and high watermarks, asked of its leader; while the partition has none
+    (it is being elected) the lookup is asked again until ``timeout_s`` has passed, then the last
+    ``KafkaException`` is raised."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=max(0.5, deadline - time.monotonic()),
+                                                       cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None or error.code() not in _ELECTING or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)

@@ -4,10 +4,15 @@ broker that does not answer."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from reconstructor.cli import validate
 from reconstructor.errors import ReconstructorError
+from reconstructor.spark.kafka_admin import watermarks
 
 pytestmark = pytest.mark.integration
 
@@ -42,3 +47,22 @@ def test_the_run_stops_with_the_security_line_before_spark_starts(stack, tmp_pat
     assert code == 1 and len(lines) == 1, lines
     assert lines[0].startswith(f"reconstructor: Kafka at {bootstrap} answers, but ") and "SSL" in lines[0]
     assert not (tmp_path / "chk" / "offsets").exists()
+
+
+def test_the_watermarks_of_topics_created_a_moment_before_are_read_once_their_leaders_are_elected(stack):
+    # A topic the broker has just created answers "not leader" or "unknown partition" for a moment;
+    # the lookups of a replay (and the demo's sensors) ask again rather than fail the command.
+    bootstrap = stack.bootstrap_servers()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [f"electing-{uuid.uuid4().hex[:10]}" for _ in range(25)]
+    try:
+        for topic in topics:
+            for fut in admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)]).values():
+                fut.result(30)
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "electing"})
+            try:
+                assert [watermarks(consumer, topic, p) for p in range(3)] == [(0, 0)] * 3
+            finally:
+                consumer.close()
+    finally:
+        admin.delete_topics(topics)
