@@ -12,12 +12,13 @@ FLEET_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: help venv jars cds up down status test test-unit test-integration test-slow fuzz bench bench-fleet bench-core demo smoke wheel clean
+.PHONY: help venv jars cds up down status lint test test-unit test-integration test-slow fuzz bench bench-fleet bench-core demo smoke wheel clean
 
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
 	@echo "make test              install what is missing, start Kafka + S3, run the tests, stop them"
 	@echo "                       (on TEST_WORKERS=2 pytest workers; TEST_WORKERS=1 for one process)"
+	@echo "make lint              the linter (ruff) on the package, the workbench and the tests; make test runs it first"
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
 	@echo "make test WITH_SLOW=1  both in one run (what CI runs)"
@@ -87,7 +88,10 @@ cds: jars
 	@$(STACK) up
 	@$(CDS)
 
-test: jars
+lint: venv
+	@$(VPY) -m ruff check --quiet . || { echo "error: ruff's findings above (make lint)"; exit 1; }
+
+test: lint jars
 	@$(STACK) up
 	@$(CDS)
 	@rc=0; $(VPY) -m pytest -m "$(TEST_MARK)" $(PARALLEL) $(PYTEST_ARGS) || rc=$$?; $(STACK) down; exit $$rc

@@ -44,12 +44,12 @@ class RunAgain(ReconstructorError):
     topic created again, which the batch then reads from its new first offset."""
 
     @classmethod
-    def after_losses(cls, losses) -> "RunAgain":
+    def after_losses(cls, losses) -> RunAgain:
         where = ", ".join(f"{d.topic}[{d.partition}]" for d in losses)
         return cls(f"DATA_LOSS on {where} recorded: the batch runs again, the sessions there are quarantined")
 
     @classmethod
-    def to_reread(cls, partitions) -> "RunAgain":
+    def to_reread(cls, partitions) -> RunAgain:
         where = ", ".join(f"{t}[{p}]" for t, p in partitions)
         return cls(f"{where} was deleted and created again after its sessions were done: the batch runs "
                    f"again and reads it from its new first offset")

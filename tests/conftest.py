@@ -17,6 +17,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Spark's WARN lines (a stream falling behind its trigger, Delta's local checkpoints) would bury a
 # failing assertion in CI's output; errors still show.
 os.environ.setdefault("RECON_SPARK_LOG_LEVEL", "ERROR")
+# The Spark defaults of the drivers the tests start as processes (C1-compiled JVMs: see the file).
+# The worker's own SparkSession (the ``spark`` fixture) lives for the whole run and does without.
+SPARK_CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_conf")
+os.environ.setdefault("SPARK_CONF_DIR", SPARK_CONF_DIR)
 
 
 # The files that take longest, with their seconds on a test worker in CI (rough: only their order
@@ -27,10 +31,11 @@ os.environ.setdefault("RECON_SPARK_LOG_LEVEL", "ERROR")
 # the other has nothing left.  (xdist's own order, most tests first, put the single-test files of
 # minutes last.)  Files not named here follow, integration files before unit files.
 LONG_FILES = {
-    "test_crash_safety.py": 530, "test_sinks_compaction.py": 430, "test_cli_output.py": 290,
-    "test_outages.py": 280, "test_demo.py": 245, "test_signals.py": 240, "test_upgrade.py": 225,
-    "test_wheel_jobs.py": 180, "test_standalone_cluster.py": 180, "test_engine_differential.py": 170,
-    "test_reconstruct_pipeline.py": 150, "test_verify_property.py": 120, "test_metrics.py": 95,
+    "test_outages.py": 450, "test_crash_safety.py": 400, "test_wheel_jobs.py": 300,
+    "test_sinks_compaction.py": 270, "test_standalone_cluster.py": 250, "test_upgrade.py": 225,
+    "test_signals.py": 210, "test_demo.py": 210, "test_cli_output.py": 200,
+    "test_replay_recovery.py": 170, "test_engine_differential.py": 170, "test_reconstruct_pipeline.py": 150,
+    "test_verify_property.py": 120, "test_metrics.py": 95, "test_quarantine.py": 90,
 }
 
 
@@ -60,16 +65,22 @@ def stack():
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from workbench.smoke import local_s3
     from reconstructor.spark.engine import build_spark
+    from workbench.smoke import local_s3
 
-    session = build_spark(
-        "reconstructor-tests",
-        s3=local_s3(),
-        jars_dir=stack.jars_dir(),
-        shuffle_partitions=4,
-        conf={"spark.ui.enabled": "false", "spark.driver.memory": "3g"},
-    )
+    # The defaults for short-lived drivers stay out of this one, which lives as long as the worker.
+    conf_dir = os.environ.pop("SPARK_CONF_DIR", None) if os.environ.get("SPARK_CONF_DIR") == SPARK_CONF_DIR else None
+    try:
+        session = build_spark(
+            "reconstructor-tests",
+            s3=local_s3(),
+            jars_dir=stack.jars_dir(),
+            shuffle_partitions=4,
+            conf={"spark.ui.enabled": "false", "spark.driver.memory": "3g"},
+        )
+    finally:
+        if conf_dir is not None:
+            os.environ["SPARK_CONF_DIR"] = conf_dir
     yield session
     session.stop()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from reconstructor.cli.failures import explain
 from reconstructor.core.policy import OnViolation

@@ -55,7 +55,7 @@ def _train(jars_dir: Path, into: Path) -> None:
 
     spec = FleetSpec(topic_prefix=f"cds{uuid.uuid4().hex[:8]}-sensor-", sensors=2, sessions_per_sensor=1,
                      rows=10, updates=10, rows_per_update=2, end_sessions=False, seed=5,
-                     start=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=3))
+                     start=dt.datetime.now(dt.UTC) - dt.timedelta(hours=3))
     bootstrap = localstack.bootstrap_servers()
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, num_partitions=2, replication_factor=1)

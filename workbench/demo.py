@@ -15,14 +15,13 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from reconstructor.cli import commands
-from reconstructor.cli import validate
+from reconstructor.cli import commands, validate
+from reconstructor.contract.tables import SESSIONS, TABLES, VIOLATIONS, table_path
+from reconstructor.errors import ReconstructorError, UsageError
 from workbench import localstack
 from workbench.fleet import FleetSpec, Planned, inject, plan_fleet, publish
 from workbench.producer import SensorProducer, encode, librdkafka_logging
 from workbench.resync_responder import FleetSensors, ResyncResponder
-from reconstructor.errors import ReconstructorError, UsageError
-from reconstructor.contract.tables import SESSIONS, TABLES, VIOLATIONS, table_path
 
 
 def produce(args) -> int:
@@ -122,7 +121,7 @@ def demo(args) -> int:
         localstack.ensure_jars("spark")
     except localstack.StackError as exc:
         raise ReconstructorError(str(exc)) from None
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d%H%M%S")
+    run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S")
     args.topic_prefix = f"demo-{run_id}-{args.topic_prefix}"
     bootstrap = localstack.bootstrap_servers()
     fleet = produce_fleet(bootstrap, args, honor=args.resync_topic)

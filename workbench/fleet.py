@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import random
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from workbench.producer import encode
 
@@ -33,7 +33,7 @@ class FleetSpec:
     resync_every: int = 0  # a fresh snapshot every N updates (0: never)
     end_sessions: bool = True
     seed: int = 7
-    start: dt.datetime = dt.datetime(2026, 11, 21, 8, 0, tzinfo=dt.timezone.utc)
+    start: dt.datetime = dt.datetime(2026, 11, 21, 8, 0, tzinfo=dt.UTC)
     step: dt.timedelta = dt.timedelta(seconds=1)
 
     def topics(self) -> list[str]:

@@ -51,7 +51,7 @@ class Ports:
     s3: int
 
     @classmethod
-    def from_env(cls) -> "Ports":
+    def from_env(cls) -> Ports:
         kafka = _port_env("RECON_KAFKA_PORT", 9092)
         return cls(
             kafka=kafka,
@@ -278,7 +278,7 @@ def kafka_ready(port: int | None = None, timeout: float = 2.0) -> bool:
         return False
     try:
         return bool(broker_metadata(f"127.0.0.1:{port}", timeout).brokers)
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever the failure, no broker answers there
         return False
 
 
@@ -338,7 +338,7 @@ def s3_ready(port: int | None = None) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=2) as r:
             return r.status == 200
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever the failure, no S3 endpoint answers there
         return False
 
 
@@ -365,8 +365,8 @@ def start_s3(timeout: float = 60.0) -> str:
             f"endpoint with RECON_S3_PORT"
         )
     try:
-        import moto.server  # noqa: F401
-        import waitress  # noqa: F401
+        import moto.server  # noqa: F401 - imported to learn whether it is installed
+        import waitress  # noqa: F401 - imported to learn whether it is installed
     except ImportError:
         raise StackError("moto[server] and waitress are not installed: pip install -e '.[stack]'") from None
     _spawn("s3", [sys.executable, "-m", "workbench.s3server", "--port", str(ports.s3)],

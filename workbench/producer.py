@@ -12,8 +12,9 @@ import datetime as dt
 import json
 import logging
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -29,8 +30,8 @@ class DeliveryError(RuntimeError):
 
 def _rfc3339(ts: dt.datetime) -> str:
     if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=dt.timezone.utc)
-    return ts.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+        ts = ts.replace(tzinfo=dt.UTC)
+    return ts.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _json_default(value: Any):
@@ -112,7 +113,7 @@ class SensorProducer:
         self.sent += 1
 
     def session(self, topic: str, session: str, first_seq: int = 0,
-                partition: int | None = None) -> "SessionWriter":
+                partition: int | None = None) -> SessionWriter:
         return SessionWriter(self, topic, session, seq=first_seq, partition=partition)
 
     def flush(self, timeout: float = 60.0) -> None:
@@ -136,7 +137,7 @@ class SessionWriter:
     clock: Any = field(default=None, repr=False)  # callable returning a datetime; default: now
 
     def _now(self) -> dt.datetime:
-        return self.clock() if self.clock else dt.datetime.now(dt.timezone.utc)
+        return self.clock() if self.clock else dt.datetime.now(dt.UTC)
 
     def message(self, type_: str, rows: list[dict]) -> dict:
         msg = {"session": self.session, "seq": self.seq, "type": type_, "ts": _rfc3339(self._now())}

@@ -42,7 +42,7 @@ class FleetSensors:
     sensors: dict[str, _Sensor] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, held: list[Planned], sent: list[Planned], partitions: dict[str, int] | None) -> "FleetSensors":
+    def of(cls, held: list[Planned], sent: list[Planned], partitions: dict[str, int] | None) -> FleetSensors:
         """``held``: the sensors' own messages, their sessions' ends aside (a sensor that answers
         requests holds them back); ``sent``: what reached Kafka of them (a fault may have lost or
         broken some): the sessions answered are those ``sent`` names."""
@@ -103,7 +103,7 @@ class ResyncResponder:
     def _end(self, partition: int) -> int:
         return watermarks(self._watermarks, self.topic, partition)[1]
 
-    def start(self) -> "ResyncResponder":
+    def start(self) -> ResyncResponder:
         self._thread.start()
         return self
 

@@ -9,8 +9,8 @@ Fed ``row_changes`` an hour partition at a time (``core.chain`` says what a dige
   linked to nothing;
 - no double is NaN: the pipeline never writes one, and a digest reads it as a null;
 - a chain starts only at a snapshot, at the session's first message with rows (its snapshot held
-  none), or at the first message after rows written before the chain existed; the session's last chain ends at the head ``sessions`` holds, so the last messages
-  cannot go either.
+  none), or at the first message after rows written before the chain existed; the session's last
+  chain ends at the head ``sessions`` holds, so the last messages cannot go either.
 
 Memory held: per session, the messages whose neighbour in the chain was not read yet (hours are
 read in order, so mostly those at an hour's edge), never the log.  A digest's scheme says whether
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from reconstructor.contract.tables import ROW_CHANGES, SESSIONS
 from reconstructor.core.chain import CHAIN_START, HMAC_SHA256, ChainKey, canonical_message, scheme_of
 from reconstructor.errors import UsageError
-from reconstructor.contract.tables import ROW_CHANGES, SESSIONS
 
-__all__ = ["ChainCheck", "ChainBreak", "row_kinds"]
+__all__ = ["ChainBreak", "ChainCheck", "row_kinds"]
 
 _KINDS = ((pa.types.is_string, "string"), (pa.types.is_large_string, "string"), (pa.types.is_int64, "long"),
           (pa.types.is_integer, "long"), (pa.types.is_floating, "double"), (pa.types.is_boolean, "boolean"),
@@ -134,10 +134,12 @@ class ChainCheck:
                              "RECON_CHAIN_KEY or chain_key in the config file)")
         if scheme != self.key.scheme:
             return ChainBreak(ROW_CHANGES, f"the digest of the message at offset {offset} is {scheme}, not "
-                                           f"{self.key.scheme}: it was not made with the chain's key", topic, session, seq)
+                                           f"{self.key.scheme}: it was not made with the chain's key",
+                                           topic, session, seq)
         message = {k: first[k] for k in ("partition", "offset", "seq", "type", "event_ts", "kafka_ts")}
         changes = [{**r, "row_pos": -1 if r["row_pos"] is None else r["row_pos"]} for r in rows]
-        if self.key.digest(prev or CHAIN_START, canonical_message(topic, session, message, changes, self.kinds)) != digest:
+        canonical = canonical_message(topic, session, message, changes, self.kinds)
+        if self.key.digest(prev or CHAIN_START, canonical) != digest:
             keyed = " (or the key is not the chain's)" if scheme == HMAC_SHA256 else ""
             return ChainBreak(ROW_CHANGES, f"the digest of the message at offset {offset} is not the one its "
                                            f"rows give: a change of it was altered, added or removed{keyed}",
@@ -189,7 +191,8 @@ class ChainCheck:
                 last_digest, last_seq = max(chain.heads.items(), key=lambda item: item[1])
                 if head != last_digest:
                     return ChainBreak(SESSIONS, f"chain_head is {head}; the session's chain in row_changes ends "
-                                                f"at seq {last_seq} with {last_digest}: messages after it lost their rows"
+                                                f"at seq {last_seq} with {last_digest}: messages after it lost "
+                                                f"their rows"
                                       if head else f"chain_head is empty; row_changes' chain ends at seq {last_seq}",
                                       topic, session, last_seq)
         return None

@@ -14,12 +14,12 @@ What is checked, and what cannot be:
 - the seqs: each session's changes lie at or before its ``last_seq`` in ``sessions`` (not after
   its ``first_seq``: a replay into the same output writes the session's row again from the
   snapshot it started at, and the older changes stay), and its first change in Kafka order is a
-  snapshot's (or comes after ``first_seq``: a first snapshot with no rows leaves no change).  A seq in that range with no change is either a
-  message that changed no row (an ``end``, an update without rows) or a record set aside in
-  quarantine mode (a ``violations`` row of the session with that ``found_seq``), or a message lost
-  before a resync snapshot: the first and the last leave no trace in any table, so such seqs are
-  counted in the summary, not failed.  No seq is logged twice, a resync's included: a resync
-  snapshot carries a seq past the last one applied;
+  snapshot's (or comes after ``first_seq``: a first snapshot with no rows leaves no change).  A seq
+  in that range with no change is either a message that changed no row (an ``end``, an update
+  without rows) or a record set aside in quarantine mode (a ``violations`` row of the session with
+  that ``found_seq``), or a message lost before a resync snapshot: the first and the last leave no
+  trace in any table, so such seqs are counted in the summary, not failed.  No seq is logged twice, a
+  resync's included: a resync snapshot carries a seq past the last one applied;
 - one row per session in ``sessions`` and per ``(topic, session, row_id)`` in ``current_rows``;
 - the fold: ``row_changes`` of each session folded in Kafka order gives ``current_rows`` (the
   row ids and values, and each row's ``seq`` and ``offset`` those of its last change, or of a later
@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from reconstructor.audit.chain_check import ChainCheck, row_kinds
-from reconstructor.audit.fold import ChangeFold, as_arrow, same_value
 from reconstructor.audit.fleet_check import FleetCheck
+from reconstructor.audit.fold import ChangeFold, as_arrow, same_value
 from reconstructor.audit.seal_check import SealCheck
 from reconstructor.audit.seq_runs import SeqRuns
+from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
 from reconstructor.core.chain import HMAC_SHA256, NO_KEY, ChainKey
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.violations import printable, quoted
-from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
 
 SKIPPED, DRIFT = "SKIPPED", "SNAPSHOT_DRIFT"
 CHANGE_KEY = ["topic", "partition", "offset", "row_pos", "row_id"]
@@ -332,7 +332,7 @@ class Verification:
                 self._check_row_position(key, s, rid, held[rid], folded[rid])
 
     @staticmethod
-    def _check_row_position(key, s: "_Session", rid: str, held: dict, last) -> None:
+    def _check_row_position(key, s: _Session, rid: str, held: dict, last) -> None:
         """A live row's ``seq`` and ``offset`` are its last change's; a row brought back when its
         timed-out session resumed carries the session's last record before the timeout instead,
         which lies after that change and at or before the session's last."""
@@ -363,6 +363,7 @@ class Verification:
             s = self._sessions.get(key)
             if s is not None and s.status == SessionStatus.QUARANTINED.value:
                 continue
-            if not any(c["partition"] != v["partition"] or c["offset"] < v["offset"] for c in self._causes.get(key, ())):
+            if not any(c["partition"] != v["partition"] or c["offset"] < v["offset"]
+                       for c in self._causes.get(key, ())):
                 raise Found(Discrepancy(VIOLATIONS, f"a SKIPPED record (offset {v['offset']}) of a session that "
                                         "no violation row quarantined", *key, v["found_seq"]))

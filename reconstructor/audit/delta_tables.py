@@ -7,17 +7,17 @@ memory; the other tables are read whole (they are the live tables' size).
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
-from reconstructor.settings import S3Settings
-from reconstructor.errors import ReconstructorError
 from reconstructor.contract.tables import table_path
 from reconstructor.contract.writer import FLEET_LOOKBACK, FleetRecord, fleet_in_metadata, newest_first
+from reconstructor.errors import ReconstructorError
+from reconstructor.settings import S3Settings
 
 
 def delta_uri(uri: str) -> str:

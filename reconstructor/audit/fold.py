@@ -2,9 +2,9 @@
 
 The change log's order inside a session is Kafka order, ``(offset, row_pos)``: a session lives in
 one partition, so it is the order the changes were applied in, and the contract's ``(seq,
-row_pos)`` order too, since a session's seqs only grow (a resync snapshot's included).  Folding keeps, per row, the change that is last in
-that order, so batches may come in any order (an ``hour`` partition at a time) and the memory held
-is one entry per row the session ever had, not per change.
+row_pos)`` order too, since a session's seqs only grow (a resync snapshot's included).  Folding
+keeps, per row, the change that is last in that order, so batches may come in any order (an ``hour``
+partition at a time) and the memory held is one entry per row the session ever had, not per change.
 """
 
 from __future__ import annotations

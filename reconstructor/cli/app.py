@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import traceback
-from typing import Sequence
+from collections.abc import Sequence
 
 from reconstructor import settings
 from reconstructor.cli import commands
@@ -70,9 +70,9 @@ def _config_or_none(args) -> settings.Settings | None:
     """The settings a failure's line may name; none when they are what failed to load."""
     try:
         return settings.from_args(args)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - the settings that failed to load name nothing for the line
         return None
 
 
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]

@@ -16,14 +16,13 @@ import sys
 import time
 import uuid
 
-from reconstructor.cli import replay_plan
-from reconstructor.cli import validate
-from reconstructor.settings import AVAILABLE_NOW, Settings, default_jars_dir, from_args
+from reconstructor.cli import replay_plan, validate
+from reconstructor.cli.failures import explain
+from reconstructor.cli.progress import CatchUpProgress, batch_line
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, RunAgain, StoppedBySignal, UsageError
-from reconstructor.cli.failures import explain
 from reconstructor.metrics.export import MetricsExport
-from reconstructor.cli.progress import CatchUpProgress, batch_line
+from reconstructor.settings import AVAILABLE_NOW, Settings, default_jars_dir, from_args
 from reconstructor.spark import driver_jvm
 from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
 
@@ -132,7 +131,7 @@ def _output_chain_key(cfg: Settings) -> None:
         require_output_key(OutputTables(cfg.output, cfg.s3), ChainKey(cfg.chain_key))
     except UsageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - one line naming the output, however delta-rs failed
+    except Exception as exc:  # one line naming the output, however delta-rs failed
         failure = explain(exc, cfg)
         raise ReconstructorError(f"--output {cfg.output}: the chain key could not be checked against the "
                                  f"output's change log: {failure}") from exc
@@ -169,7 +168,7 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
             print(f"reconstructor: {again}", file=sys.stderr, flush=True)
         except StoppedBySignal:  # as asked: never restarted, whatever became of the JVM
             raise
-        except Exception as exc:  # noqa: BLE001 - the policy decides; what it refuses is re-raised
+        except Exception as exc:  # the policy decides; what it refuses is re-raised
             if signals.request.requested and transient(exc):  # never a restart after a signal
                 raise signals.request.stopped() from None
             status = driver_jvm.gone(spark, exc)
@@ -194,7 +193,7 @@ def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, r
     from reconstructor.spark.nothing_new import nothing_new
     from reconstructor.spark.pipeline import start
 
-    if not replay and (line := nothing_new(spark, cfg, dt.datetime.now(dt.timezone.utc))) is not None:
+    if not replay and (line := nothing_new(spark, cfg, dt.datetime.now(dt.UTC))) is not None:
         print(f"reconstructor: {line}", file=sys.stderr, flush=True)
         return
     running = start(spark, cfg, replay=replay, on_counts=metrics.count if metrics is not None else None,
@@ -256,8 +255,8 @@ def _run_summary(spark, cfg: Settings, batches) -> str:
     """The run's last line on quarantine: sessions quarantined now (from the sessions table), and
     what this run recorded."""
     # These load pandas and Arrow, which --help and config show do without.
-    from reconstructor.core.state import SessionStatus
     from reconstructor.contract.tables import SESSIONS, VIOLATIONS, table_path
+    from reconstructor.core.state import SessionStatus
 
     batches = list(batches)
     set_aside, drifts = sum(b.set_aside for b in batches), sum(b.drifts for b in batches)
@@ -351,7 +350,7 @@ def compact(args) -> int:
             print(f"nothing to compact: the output {cfg.output} holds no tables yet")
             return 0
         report = compactor.run()
-        CompactionMark(spark, cfg.output).record(dt.datetime.now(dt.timezone.utc))  # runs need not repeat it
+        CompactionMark(spark, cfg.output).record(dt.datetime.now(dt.UTC))  # runs need not repeat it
     finally:
         if lease is not None:
             lease.release()
@@ -386,11 +385,11 @@ def verify(args) -> int:
     from reconstructor.audit.checks import Verification
     from reconstructor.audit.delta_tables import OutputTables
     from reconstructor.audit.fleet_check import FleetCheck
-    from reconstructor.core.fleet_seal import VIOLATION_FIELDS
     from reconstructor.audit.fold import row_columns
-    from reconstructor.core.chain import ChainKey
-    from reconstructor.errors import DiscrepancyError
     from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
+    from reconstructor.core.chain import ChainKey
+    from reconstructor.core.fleet_seal import VIOLATION_FIELDS
+    from reconstructor.errors import DiscrepancyError
 
     started = time.monotonic()
     tables = OutputTables(cfg.output, cfg.s3)

@@ -12,8 +12,14 @@ import re
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from reconstructor.errors import (DiscrepancyError, IntegrityViolationError, ReconstructorError, UsageError,
-                                  error_line, exception_chain)
+from reconstructor.errors import (
+    DiscrepancyError,
+    IntegrityViolationError,
+    ReconstructorError,
+    UsageError,
+    error_line,
+    exception_chain,
+)
 
 _S3_CREDENTIALS = "s3.access_key and s3.secret_key (RECON_S3_ACCESS_KEY, RECON_S3_SECRET_KEY)"
 _S3_URI = re.compile(r"s3a://([a-z0-9][a-z0-9.\-]*[a-z0-9])(/[^\s`'\":]*)?")

@@ -12,9 +12,20 @@ import textwrap
 
 from reconstructor.errors import EXIT_USAGE
 from reconstructor.settings.layers import declared_type, env_name
+from reconstructor.settings.model import (
+    ASOF,
+    COMPACT,
+    CONFIG,
+    REPLAY,
+    RUN,
+    SCALAR_SETTINGS,
+    STATE,
+    VERIFY,
+    Settings,
+    declaration,
+    flag_of,
+)
 from reconstructor.settings.reference import default_text
-from reconstructor.settings.model import (ASOF, COMPACT, CONFIG, REPLAY, RUN, STATE, VERIFY, SCALAR_SETTINGS,
-                                          Settings, declaration, flag_of)
 
 #: Commands of the local workbench (``python -m workbench``), which the product does not carry.
 WORKBENCH_COMMANDS = ("demo", "produce")
@@ -23,7 +34,7 @@ WORKBENCH_COMMANDS = ("demo", "produce")
 class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one line (its default prints usage to stderr, also exit 2)."""
 
-    def error(self, message: str):  # noqa: D401
+    def error(self, message: str):
         if any(f"invalid choice: '{moved}'" in message for moved in WORKBENCH_COMMANDS):
             message += (" (the demo fleet's commands are the workbench's, in a checkout: "
                         "make demo, or python -m workbench demo|produce)")
@@ -49,8 +60,10 @@ COMMANDS = {
              "Re-read Kafka from a starting point into the same or another output, with a fresh "
              "checkpoint, and stop when caught up.",
              _examples("reconstructor replay --config prod.toml --from-last-snapshot",
-                       """reconstructor replay --config prod.toml --from '{"sensor-1": {"0": 1200}}' --await-snapshot""",
-                       "reconstructor replay --config prod.toml --from-timestamp 2026-11-21T08:00:00Z --output /tmp/replay")),
+                       "reconstructor replay --config prod.toml --from '{\"sensor-1\": {\"0\": 1200}}' "
+                       "--await-snapshot",
+                       "reconstructor replay --config prod.toml --from-timestamp 2026-11-21T08:00:00Z "
+                       "--output /tmp/replay")),
     COMPACT: ("OPTIMIZE closed hours and VACUUM, for schedulers",
               "Bin-pack the row_changes hours that have closed and VACUUM all tables. On S3 with the "
               "single-driver log store, run it only while no stream writes.",
@@ -65,7 +78,8 @@ COMMANDS = {
              "seqs, row_changes folded equals current_rows and sessions.row_count, quarantined sessions "
              "match violations, each session's hash chain. Exit 3 with the first discrepancy.",
              _examples("reconstructor verify --output /data/recon",
-                       "reconstructor verify --config prod.toml --output s3a://recon/tables --topic-pattern 'sensor-1.*'")),
+                       "reconstructor verify --config prod.toml --output s3a://recon/tables "
+                       "--topic-pattern 'sensor-1.*'")),
     ASOF: ("print a session's table as it was at a seq or an event time",
            "Fold the session's row_changes (read with delta-rs, no JVM) up to a seq or an event time.",
            _examples("reconstructor asof --output /data/recon --topic sensor-1 --session sensor-1-session-0 --seq 40",
@@ -156,7 +170,8 @@ def _state_arguments(p: argparse.ArgumentParser) -> None:
 def _asof_arguments(p: argparse.ArgumentParser) -> None:
     _session_arguments(p)
     when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--at", metavar="RFC3339", help="the changes of messages with an event time (ts) at or before this")
+    when.add_argument("--at", metavar="RFC3339",
+                      help="the changes of messages with an event time (ts) at or before this")
     when.add_argument("--seq", type=int, metavar="N", help="the changes of messages with a seq at or before N")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
 

@@ -72,7 +72,7 @@ class CatchUpProgress:
         left = (todo - done) / rate if rate > 0 else float("inf")
         pct = 100.0 * done / todo if todo else 100.0
         line = (f"batch {progress.get('batchId')}: {done:,}/{todo:,} offsets ({pct:5.1f}%), "
-                f"{rate:,.0f} offsets/s, {('%.0fs' % left) if left != float('inf') else '?'} left")
+                f"{rate:,.0f} offsets/s, {f'{left:.0f}s' if left != float('inf') else '?'} left")
         if self.tty:
             self.stream.write("\r" + line + "\033[K")
             self.drawn = True

@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Consumer, TopicPartition
 
 from reconstructor.cli import validate
-from reconstructor.settings import Settings
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import SESSIONS, table_path
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.spark.kafka_admin import (broker_metadata, client_or_usage_error, librdkafka_settings,
-                                             watermarks)
-from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import SESSIONS, table_path
+from reconstructor.settings import Settings
+from reconstructor.spark.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings, watermarks
 
 if TYPE_CHECKING:
     from reconstructor.core.seed import SessionSeeds
@@ -54,7 +53,7 @@ def timestamp_ms(when: dt.datetime) -> int:
     """The Kafka timestamp to look up for ``when``: the first millisecond at or after it (a time
     inside a millisecond starts at the next one), and 0 for a time before 1970, which Kafka's
     timestamps never are (-1, -2 and -3 would read as latest, earliest and the newest time)."""
-    ms = -(-(when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1))
+    ms = -(-(when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1))
     return max(0, ms)
 
 
@@ -71,7 +70,7 @@ def offsets_found(found) -> dict[str, dict[str, int]]:
     return offsets
 
 
-def plan_from_last_snapshot(spark, cfg: Settings) -> tuple[str, "SessionSeeds"]:
+def plan_from_last_snapshot(spark, cfg: Settings) -> tuple[str, SessionSeeds]:
     """Per partition of the matching topics, the smallest snapshot offset of its open sessions that
     Kafka still holds (its earliest offset where it has none), and the seeds of every session of
     those partitions, still within ``--state-retention``, that the replay will not rebuild from
@@ -91,7 +90,7 @@ def plan_from_last_snapshot(spark, cfg: Settings) -> tuple[str, "SessionSeeds"]:
                 .where(f"status = '{SessionStatus.OPEN.value}'").join(earliest, ["topic", "partition"])
                 .where("snapshot_offset >= earliest").groupBy("topic", "partition")
                 .agg({"snapshot_offset": "min"}).collect())
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - however Spark or Delta failed, one line naming the table
         raise ReconstructorError(f"cannot read the sessions table under {cfg.output}: "
                                  f"{error_line(exc)}") from None
     for r in rows:

@@ -8,11 +8,11 @@ import re
 import socket
 from pathlib import Path
 
-from reconstructor.settings import SAFE_VACUUM_RETENTION, duration_text
-from reconstructor.errors import UsageError
 from reconstructor.cli.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
-from reconstructor.spark.kafka_admin import SecurityRefused, broker_metadata, librdkafka_settings
 from reconstructor.contract.row_schema import RowSchema, SchemaError
+from reconstructor.errors import UsageError
+from reconstructor.settings import SAFE_VACUUM_RETENTION, duration_text
+from reconstructor.spark.kafka_admin import SecurityRefused, broker_metadata, librdkafka_settings
 
 
 def require(cfg, *names: str) -> None:
@@ -149,7 +149,7 @@ def broker_reachable(bootstrap: str, kafka_options: dict[str, str], timeout_s: f
         raise
     except SecurityRefused as exc:
         refused = exc.reason
-    except Exception:  # KafkaException: transport failure, all brokers down
+    except Exception:  # noqa: BLE001 - KafkaException: transport failure, all brokers down
         raise kafka_down(bootstrap) from None
     # Outside the handler: no "Failed to get metadata" cause, which reads as a broker down.
     raise kafka_refuses(bootstrap, conf.get("security.protocol", "PLAINTEXT"), refused)

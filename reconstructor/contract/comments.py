@@ -6,7 +6,7 @@ Pure: the texts, and which of them a table's current comments lack.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS

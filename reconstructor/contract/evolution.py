@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconstructor.contract.tables import ROW_VALUES
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import ROW_VALUES
 
 _NOT_NULL = " NOT NULL"
 
@@ -31,7 +31,7 @@ class TableColumn:
     nullable: bool = True
 
     @classmethod
-    def from_ddl(cls, name: str, ddl: str) -> "TableColumn":
+    def from_ddl(cls, name: str, ddl: str) -> TableColumn:
         """A column from the output's field text (``"BIGINT NOT NULL"``)."""
         nullable = not ddl.upper().endswith(_NOT_NULL)
         type_ = ddl[:len(ddl) - len(_NOT_NULL)] if not nullable else ddl

@@ -19,13 +19,14 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 from urllib.parse import urlparse
 
-from reconstructor.settings import S3Settings
 from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, verdict
 from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.settings import S3Settings
 
 __all__ = ["FileLeaseStore", "LeaseLost", "LeaseStore", "S3LeaseStore", "WriterLease", "lease_store"]
 

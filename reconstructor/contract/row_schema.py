@@ -90,7 +90,7 @@ class RowSchema:
         return self.arrow_schema().empty_table().to_pandas().set_index("row_id")
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "<dict>") -> "RowSchema":
+    def from_dict(cls, data: dict, source: str = "<dict>") -> RowSchema:
         if not isinstance(data, dict) or not isinstance(data.get("columns"), list):
             raise SchemaError(f"{source}: a row schema is an object with a 'columns' list")
         cols = []
@@ -117,7 +117,7 @@ class RowSchema:
         return cls(str(data.get("name", Path(source).stem)), tuple(cols))
 
     @classmethod
-    def load(cls, path_or_name: str | Path | None = None) -> "RowSchema":
+    def load(cls, path_or_name: str | Path | None = None) -> RowSchema:
         """Load a row schema from a file path, or by name from the bundled ``schemas/``."""
         ref = str(path_or_name or DEFAULT_SCHEMA)
         path = Path(ref)

@@ -18,8 +18,8 @@ import typing
 
 import pandas as pd
 
-from reconstructor.core.state import SessionState
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core.state import SessionState
 
 ROW_CHANGES, CURRENT_ROWS, SESSIONS, VIOLATIONS = "row_changes", "current_rows", "sessions", "violations"
 TABLES = (ROW_CHANGES, CURRENT_ROWS, SESSIONS, VIOLATIONS)

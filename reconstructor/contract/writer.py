@@ -9,8 +9,9 @@ read from Kafka, whether a command may write the tables as this checkpoint.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 

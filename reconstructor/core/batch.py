@@ -16,16 +16,23 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.continuity import check_continuity, malformed
 from reconstructor.core.frames import VALUE, change_rows, concat_rows, exact_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
-from reconstructor.core.quarantine import (await_resync, quarantine, resyncs_at_once, rows_of, set_aside,
-                                           unnamed_records)
+from reconstructor.core.quarantine import await_resync, quarantine, resyncs_at_once, rows_of, set_aside, unnamed_records
 from reconstructor.core.state import SessionState, SessionStatus
-from reconstructor.core.table import (Drift, Rejected, apply_messages, apply_updates, columns_of, empty_changes,
-                                      empty_table, snapshot_problem)
+from reconstructor.core.table import (
+    Drift,
+    Rejected,
+    apply_messages,
+    apply_updates,
+    columns_of,
+    empty_changes,
+    empty_table,
+    snapshot_problem,
+)
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
-from reconstructor.contract.row_schema import RowSchema
 
 
 @dataclass

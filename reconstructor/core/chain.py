@@ -32,8 +32,9 @@ import hashlib
 import hmac
 import json
 import math
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd

@@ -72,7 +72,7 @@ class _Messages:
     moved: np.ndarray
 
     @classmethod
-    def of(cls, msgs: pd.DataFrame, bad_detail: pd.Series, state: SessionState | None) -> "_Messages":
+    def of(cls, msgs: pd.DataFrame, bad_detail: pd.Series, state: SessionState | None) -> _Messages:
         partition = state.partition if state is not None else int(msgs["partition"].iloc[0])
         return cls(msgs, bad_detail, bad_detail.notna().to_numpy(),
                    msgs["seq"].fillna(0).to_numpy(dtype=np.int64),  # a malformed record's seq may be null

@@ -27,8 +27,8 @@ Kafka, so they are never taken for a loss.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.violations import IntegrityViolation, ViolationKind

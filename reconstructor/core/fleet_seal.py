@@ -22,8 +22,8 @@ fields as RFC 8785 JSON (integers as decimal strings).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping
 
 from reconstructor.core.chain import ChainKey, jcs_record, jcs_string
 
@@ -69,13 +69,13 @@ class TableSum:
     rows: int = 0
     total: int = 0
 
-    def add(self, member: int, rows: int = 1) -> "TableSum":
+    def add(self, member: int, rows: int = 1) -> TableSum:
         return TableSum(self.rows + rows, (self.total + member) % _MODULUS)
 
-    def remove(self, member: int) -> "TableSum":
+    def remove(self, member: int) -> TableSum:
         return TableSum(self.rows - 1, (self.total - member) % _MODULUS)
 
-    def plus(self, other: "TableSum") -> "TableSum":
+    def plus(self, other: TableSum) -> TableSum:
         return TableSum(self.rows + other.rows, (self.total + other.total) % _MODULUS)
 
     @property
@@ -83,7 +83,7 @@ class TableSum:
         return f"{self.total:064x}"
 
     @classmethod
-    def of(cls, members: Iterable[int]) -> "TableSum":
+    def of(cls, members: Iterable[int]) -> TableSum:
         out = cls()
         for m in members:
             out = out.add(m)
@@ -106,7 +106,7 @@ class FleetSeal:
                    "violations_rows": f'"{self.violations.rows}"', "violations_sum": f'"{self.violations.hex}"'}
         return ("{" + ",".join(f'"{k}":{v}' for k, v in sorted(members.items())) + "}").encode("utf-8")
 
-    def sealed(self, key: ChainKey) -> "FleetSeal":
+    def sealed(self, key: ChainKey) -> FleetSeal:
         """This seal with its MAC (a key is required: without one there is no fleet seal)."""
         mac = key.seal(FLEET_DOMAIN + self.canonical())
         if mac is None:
@@ -117,7 +117,7 @@ class FleetSeal:
         """Its MAC is the key's over its fields."""
         return bool(self.mac) and key.seal(FLEET_DOMAIN + self.canonical()) == self.mac
 
-    def next(self, sessions: TableSum, violations: TableSum) -> "FleetSeal":
+    def next(self, sessions: TableSum, violations: TableSum) -> FleetSeal:
         """The seal of a batch that starts from this one (unsealed: ``sealed`` adds the MAC)."""
         return FleetSeal(sessions, violations, after=self.mac)
 
@@ -126,7 +126,7 @@ class FleetSeal:
                 "violations_rows": self.violations.rows, "violations_sum": self.violations.hex, "mac": self.mac}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "FleetSeal":
+    def from_json(cls, data: Mapping) -> FleetSeal:
         """A seal as ``to_json`` wrote it; ``ValueError`` (or ``KeyError``/``TypeError``) on anything else."""
         return cls(TableSum(int(data["sessions_rows"]), int(str(data["sessions_sum"]), 16)),
                    TableSum(int(data["violations_rows"]), int(str(data["violations_sum"]), 16)),

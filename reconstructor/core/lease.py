@@ -37,7 +37,7 @@ class Lease:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Lease | None":
+    def from_json(cls, text: str) -> Lease | None:
         """The lease in ``text``; None for text that holds none (unreadable text is no lease a
         driver could be relying on: it never wrote one)."""
         try:
@@ -47,10 +47,10 @@ class Lease:
         except (ValueError, TypeError, KeyError):
             return None
 
-    def renewed(self, now: float, ttl_s: float) -> "Lease":
+    def renewed(self, now: float, ttl_s: float) -> Lease:
         return replace(self, expires_at=now + ttl_s)
 
-    def released(self) -> "Lease":
+    def released(self) -> Lease:
         return replace(self, expires_at=0.0)
 
     def expired(self, now: float) -> bool:
@@ -59,7 +59,7 @@ class Lease:
     def describe(self) -> str:
         """The holder as a refusal names it."""
         of = f" of the checkpoint {self.checkpoint}" if self.checkpoint else ""
-        until = dt.datetime.fromtimestamp(self.expires_at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        until = dt.datetime.fromtimestamp(self.expires_at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return f"a {self.command}{of} on {self.host} (pid {self.pid}), its lease renewed until {until}"
 
 

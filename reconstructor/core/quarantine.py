@@ -20,12 +20,12 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.continuity import kafka_order
 from reconstructor.core.frames import VALUE, int_or_none
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import empty_table, snapshot_problem
 from reconstructor.core.violations import IntegrityViolation, ViolationKind
-from reconstructor.contract.row_schema import RowSchema
 
 SET_ASIDE = "set aside: the session is quarantined until its next snapshot"
 

@@ -75,7 +75,7 @@ class ResyncRequest:
             "topic": self.topic, "partition": self.partition, "session": self.session, "kind": self.kind,
             "offset": self.offset, "expected_seq": self.expected_seq, "found_seq": self.found_seq,
             "last_applied_seq": self.last_applied_seq,
-            "requested_at": self.requested_at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z"),
+            "requested_at": self.requested_at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
         }, separators=(",", ":"))
 
 

@@ -23,7 +23,7 @@ keyed start of a release that seals the fleet.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from reconstructor.core.chain import ChainKey, jcs_record
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -79,7 +79,7 @@ class SessionSeed:
                             last_event_ts=_ts(self.last_event_us), stored=table)
 
     @classmethod
-    def from_tables(cls, row: Mapping, table: Mapping[str, tuple], expires_ms: int) -> "SessionSeed":
+    def from_tables(cls, row: Mapping, table: Mapping[str, tuple], expires_ms: int) -> SessionSeed:
         """The seed of a ``sessions`` row (its scalars, times as ``started_us`` and
         ``last_event_us``, and ``chain_head``) and its table folded from ``row_changes`` (row id ->
         values; a time as epoch us or a datetime).  An ended session's rows are left out."""
@@ -95,7 +95,7 @@ class SessionSeed:
                 "rows": [[rid, *vals] for rid, vals in self.rows]}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "SessionSeed":
+    def from_dict(cls, d: Mapping) -> SessionSeed:
         return cls(**{k: d[k] for k in _SCALARS}, status=SessionStatus(d["status"]), chain_head=d["chain_head"],
                    expires_ms=int(d["expires_ms"]), rows=tuple((r[0], tuple(r[1:])) for r in d["rows"]))
 
@@ -115,7 +115,7 @@ class SessionSeeds:
         seed = self.by_session.get((topic, session)) if session is not None else None
         return seed if seed is not None and now_ms < seed.expires_ms else None
 
-    def live(self, now_ms: int) -> "SessionSeeds":
+    def live(self, now_ms: int) -> SessionSeeds:
         """The seeds that still apply at ``now_ms`` (a run leaves the expired ones behind)."""
         return SessionSeeds(self.columns, {k: s for k, s in self.by_session.items() if now_ms < s.expires_ms})
 
@@ -125,7 +125,7 @@ class SessionSeeds:
                           allow_nan=False, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> "SessionSeeds":
+    def from_json(cls, text: str) -> SessionSeeds:
         doc = json.loads(text)
         if doc.get("version") != SEEDS_VERSION:
             raise ValueError(f"session seeds of version {doc.get('version')!r}; this reconstructor reads "

@@ -14,14 +14,22 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.blob import arrow_rows, row_ids
 from reconstructor.core.drift import snapshot_drift
-from reconstructor.core.frames import (CHANGE, INT_COLUMNS, coerce_columns, coerce_times, int_or_none, take,
-                                       take_values, values_of)
+from reconstructor.core.frames import (
+    CHANGE,
+    INT_COLUMNS,
+    coerce_columns,
+    coerce_times,
+    int_or_none,
+    take,
+    take_values,
+    values_of,
+)
 from reconstructor.core.policy import OnDrift
 from reconstructor.core.state import SessionState
 from reconstructor.core.violations import IntegrityViolation, ViolationKind, quoted
-from reconstructor.contract.row_schema import RowSchema
 
 
 @dataclass(frozen=True)

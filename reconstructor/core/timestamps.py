@@ -45,7 +45,7 @@ def parse_rfc3339(text: str) -> dt.datetime:
     micros = int(((fraction or "") + "000000")[:6])
     try:
         local = dt.datetime.combine(dt.date.fromisoformat(date),
-                                    dt.time(hour, minute, min(second, 59), micros), dt.timezone.utc)
+                                    dt.time(hour, minute, min(second, 59), micros), dt.UTC)
         if second == 60:
             local += dt.timedelta(seconds=1)
     except (ValueError, OverflowError):

@@ -104,6 +104,6 @@ class IntegrityViolation(Exception):
         return json.dumps({**asdict(self), "kind": self.kind.value})
 
     @classmethod
-    def from_json(cls, text: str) -> "IntegrityViolation":
+    def from_json(cls, text: str) -> IntegrityViolation:
         data = json.loads(text)
         return cls(**{**data, "kind": ViolationKind(data["kind"])})

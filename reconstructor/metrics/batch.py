@@ -8,8 +8,8 @@ their one aggregation; the Prometheus endpoint and the JSON log only render what
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.violations import ViolationKind

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from typing import IO, Iterator, Mapping
+from typing import IO
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
@@ -39,7 +40,7 @@ class MetricsExport:
         self.registry.register(_TotalsCollector(self))
 
     @classmethod
-    def open(cls, host: str, port: int | None, log_path: str | None) -> "MetricsExport | None":
+    def open(cls, host: str, port: int | None, log_path: str | None) -> MetricsExport | None:
         """Listen on ``host:port`` and open ``log_path`` for appending (either may be unset); None
         when neither is set.  ``UsageError`` when the port or the file cannot be had."""
         if port is None and not log_path:

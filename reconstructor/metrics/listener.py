@@ -27,7 +27,7 @@ class MetricsListener(StreamingQueryListener):
         # Spark calls this from its listener thread: a failure here must never reach the query.
         try:
             self.export.progressed(json.loads(event.progress.json))
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.warning("metrics: a progress report was not counted", exc_info=True)
 
     def onQueryIdle(self, event) -> None:

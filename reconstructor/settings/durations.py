@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import ClassVar
 
 # The longest duration a setting takes.  Each becomes a wait or a date: a timer's or a sleep's
 # wait ends at 292 years (nanoseconds in 64 bits), a date at the year 9999; a longer setting is a
@@ -19,14 +20,15 @@ class Duration(dt.timedelta):
     way the operator wrote it."""
 
     __slots__ = ("text",)
-    _UNITS = {"ms": dt.timedelta(milliseconds=1), "millisecond": dt.timedelta(milliseconds=1),
+    _UNITS: ClassVar[dict[str, dt.timedelta]] = {
+              "ms": dt.timedelta(milliseconds=1), "millisecond": dt.timedelta(milliseconds=1),
               "s": dt.timedelta(seconds=1), "sec": dt.timedelta(seconds=1),
               "second": dt.timedelta(seconds=1), "m": dt.timedelta(minutes=1),
               "min": dt.timedelta(minutes=1), "minute": dt.timedelta(minutes=1),
               "h": dt.timedelta(hours=1), "hour": dt.timedelta(hours=1),
               "d": dt.timedelta(days=1), "day": dt.timedelta(days=1)}
 
-    def __new__(cls, text: str) -> "Duration":
+    def __new__(cls, text: str) -> Duration:
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*", text or "")
         # The unit as written first ("ms"), then without a plural "s" ("seconds", "mins").
         unit = m and next((u for u in (m.group(2).lower(), m.group(2).lower().removesuffix("s"))
@@ -65,9 +67,10 @@ class Trigger:
     """When the query runs a micro-batch: ``available-now`` (what is in Kafka, then stop), ``once``
     (one batch, then stop) or an interval (continuously).  The one place a trigger's text is read."""
 
-    __slots__ = ("text", "interval")
+    __slots__ = ("interval", "text")
     #: The names a trigger that is not an interval goes by; the first of each is how it is shown.
-    NAMES = {"available-now": "available-now", "availableNow": "available-now", "once": "once"}
+    NAMES: ClassVar[dict[str, str]] = {"available-now": "available-now", "availableNow": "available-now",
+                                       "once": "once"}
 
     def __init__(self, text: str):
         self.text = text

@@ -14,13 +14,13 @@ import re
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from reconstructor.errors import UsageError
 from reconstructor.settings.durations import Duration, Trigger
-from reconstructor.settings.model import (COMPACTION_OFF, SCALAR_SETTINGS, S3Settings, Settings, declaration,
-                                          flag_of)
+from reconstructor.settings.model import COMPACTION_OFF, SCALAR_SETTINGS, S3Settings, Settings, declaration, flag_of
 
 ENV_PREFIX = "RECON_"
 # Kafka client settings that may come from the environment (RECON_KAFKA_SASL_MECHANISM, ...).

@@ -19,8 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.resync import DEFAULT_RESYNC_INTERVAL
-from reconstructor.settings.durations import (AVAILABLE_NOW, SAFE_VACUUM_RETENTION, Duration, Trigger,
-                                              duration_text)
+from reconstructor.settings.durations import AVAILABLE_NOW, SAFE_VACUUM_RETENTION, Duration, Trigger, duration_text
 from reconstructor.settings.secrets import redact
 
 # Records per micro-batch unless set.  A batch pays a fixed cost (three Delta transactions, the

@@ -112,7 +112,7 @@ def register_tables(spark: SparkSession, catalog: str, output: str, schema: RowS
         return registered
     except UsageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure here is the catalog's
+    except Exception as exc:  # any failure here is the catalog's
         raise ReconstructorError(f"cannot register the output tables in the catalog as {catalog}: "
                                  f"{error_line(exc)}") from exc
 

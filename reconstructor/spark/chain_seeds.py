@@ -13,9 +13,9 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from reconstructor.contract.tables import ROW_CHANGES, table_path
 from reconstructor.core.chain import ChainSeed
 from reconstructor.errors import ReconstructorError, error_line
-from reconstructor.contract.tables import ROW_CHANGES, table_path
 
 
 def chain_seeds(spark: SparkSession, output: str, topic_pattern: str | None) -> dict[tuple[str, str, int], ChainSeed]:

@@ -15,15 +15,15 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from reconstructor.settings import SAFE_VACUUM_RETENTION
 from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, VIOLATIONS, table_path
 from reconstructor.core.compaction_schedule import wait_before_compaction
+from reconstructor.settings import SAFE_VACUUM_RETENTION
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.transactions import spark_like
@@ -83,10 +83,10 @@ class Compactor:
         return counts
 
     def closed_hours(self, now: dt.datetime | None = None) -> list[str]:
-        now = now or dt.datetime.now(dt.timezone.utc)
+        now = now or dt.datetime.now(dt.UTC)
         closed = []
         for hour, count in sorted(self.files_per_hour().items()):
-            start = dt.datetime.strptime(hour, "%Y-%m-%d-%H").replace(tzinfo=dt.timezone.utc)
+            start = dt.datetime.strptime(hour, "%Y-%m-%d-%H").replace(tzinfo=dt.UTC)
             if start + dt.timedelta(hours=1, seconds=self.grace_s) <= now and count > self.min_files:
                 closed.append(hour)
         return closed
@@ -174,7 +174,7 @@ class BackgroundCompactor:
         self.vacuum = vacuum
         self.every_s = every_s
         self.mark = mark
-        self._clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
+        self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._stop = threading.Event()
         self._running = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="reconstructor-compaction", daemon=True)
@@ -183,7 +183,7 @@ class BackgroundCompactor:
         self.hours_compacted = 0
         self.windows: list[tuple[float, float]] = []  # (start, end) epoch seconds of each run
 
-    def start(self) -> "BackgroundCompactor":
+    def start(self) -> BackgroundCompactor:
         self._thread.start()
         return self
 

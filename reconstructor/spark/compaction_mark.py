@@ -48,7 +48,7 @@ class CompactionMark:
     def record(self, at: dt.datetime) -> None:
         """Record a compaction that ended ``at`` (a failure to record only makes the next run
         compact sooner)."""
-        text = json.dumps({"at": at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")})
+        text = json.dumps({"at": at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")})
         try:
             path, fs = self._path()
             out = fs.create(path, True)

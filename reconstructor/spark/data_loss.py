@@ -8,9 +8,8 @@ does not stop the query; this check then stops it on every real loss, before the
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
-
 import json
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import OffsetSpec
@@ -18,14 +17,21 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from reconstructor.core.data_loss import (DataLoss, find_data_loss, losses_from_json, losses_to_json,
-                                          offsets_from_log, offsets_without, recreated_partitions,
-                                          settle_recreated)
+from reconstructor.contract.tables import SESSIONS, table_path
+from reconstructor.core.data_loss import (
+    DataLoss,
+    find_data_loss,
+    losses_from_json,
+    losses_to_json,
+    offsets_from_log,
+    offsets_without,
+    recreated_partitions,
+    settle_recreated,
+)
 from reconstructor.core.state import SessionStatus
 from reconstructor.errors import ReconstructorError
-from reconstructor.spark.kafka_admin import admin_client, librdkafka_settings
-from reconstructor.contract.tables import SESSIONS, table_path
 from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
+from reconstructor.spark.kafka_admin import admin_client, librdkafka_settings
 
 __all__ = ["KafkaLossCheck", "LossRegistry"]
 

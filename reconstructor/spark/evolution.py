@@ -12,13 +12,20 @@ import functools
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.contract.tables import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, ROW_CHANGES, ROW_CHANGES_FIELDS, SESSIONS,
-                                  SESSIONS_FIELDS, table_path)
+from reconstructor.contract.evolution import TableColumn, TableEvolution, plan_evolution, wanted_columns
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import (
+    CURRENT_ROWS,
+    CURRENT_ROWS_FIELDS,
+    ROW_CHANGES,
+    ROW_CHANGES_FIELDS,
+    SESSIONS,
+    SESSIONS_FIELDS,
+    table_path,
+)
+from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.transactions import side_by_side
-from reconstructor.contract.evolution import TableColumn, TableEvolution, plan_evolution, wanted_columns
 
 #: The tables whose columns follow the row schema or grew since they were first written (the
 #: chain's, in ``row_changes`` and ``sessions``), and their field lists.
@@ -39,7 +46,7 @@ def evolve_tables(spark: SparkSession, output: str, schema: RowSchema) -> list[T
 
     try:
         plans = side_by_side(spark, *[functools.partial(plan, name) for name in EVOLVED_TABLES])
-    except Exception as exc:  # noqa: BLE001 - any failure here is the output's
+    except Exception as exc:  # any failure here is the output's
         raise ReconstructorError(
             f"cannot read the output tables under {output}: {error_line(exc)}") from exc
     plans = [p for p in plans if p is not None]
@@ -50,7 +57,7 @@ def evolve_tables(spark: SparkSession, output: str, schema: RowSchema) -> list[T
     try:
         side_by_side(spark, *[functools.partial(spark.sql, p.alter_sql(path_ref(table_path(output, p.table))))
                               for p in needed])
-    except Exception as exc:  # noqa: BLE001 - any failure here is the output's
+    except Exception as exc:  # any failure here is the output's
         raise ReconstructorError(
             f"cannot add the row schema's new columns to the tables under {output}: {error_line(exc)}") from exc
     return needed

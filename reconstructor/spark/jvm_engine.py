@@ -13,7 +13,7 @@ specification: a differential property test runs both over the same streams.
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 from pyspark.sql import DataFrame
 

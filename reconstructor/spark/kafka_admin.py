@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient

@@ -20,15 +20,14 @@ from pyspark.sql import SparkSession
 
 from reconstructor.audit.delta_tables import OutputTables
 from reconstructor.audit.key_check import checked_outputs
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import TABLES
 from reconstructor.contract.writer import WRITER_PROPERTY
 from reconstructor.core.caught_up import caught_up, start_fingerprint
 from reconstructor.core.compaction_schedule import wait_before_compaction
 from reconstructor.core.data_loss import offsets_from_log
-from reconstructor.contract.row_schema import RowSchema
 from reconstructor.settings import Settings
-from reconstructor.spark.checkpoint import (checkpoint_state, last_batch_in, read_checkpoint_file,
-                                            write_checkpoint_file)
+from reconstructor.spark.checkpoint import checkpoint_state, last_batch_in, read_checkpoint_file, write_checkpoint_file
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.spark.source import anchored

@@ -34,8 +34,8 @@ import re
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from reconstructor.core.frames import VALUE
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core.frames import VALUE
 from reconstructor.spark.timestamps import rfc3339_timestamp
 
 ENVELOPE_FIELDS = ("session", "seq", "type", "ts", "rows")

@@ -17,26 +17,26 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from reconstructor.settings import Settings
-from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
-from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest, StopStep
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core.chain import ChainKey
+from reconstructor.core.seed import NO_SEEDS, SessionSeeds
+from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
+from reconstructor.settings import Settings
 from reconstructor.spark.catalog import comment_tables, register_tables
 from reconstructor.spark.chain_seeds import chain_seeds
-from reconstructor.spark.session_seeds import keep_seeds, kept_seeds
-from reconstructor.core.seed import NO_SEEDS, SessionSeeds
 from reconstructor.spark.checkpoint import checkpoint_state, record_output
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
+from reconstructor.spark.engines import parse_for, reconstruct_with, record_engine, refuse_other_engine
 from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.nothing_new import record_start
+from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest, StopStep
 from reconstructor.spark.seal_rows import seal_sessions
-from reconstructor.core.chain import ChainKey
+from reconstructor.spark.session_seeds import keep_seeds, kept_seeds
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.sinks.resync import ResyncRequests
 from reconstructor.spark.source import kafka_stream
-from reconstructor.spark.engines import parse_for, reconstruct_with, record_engine, refuse_other_engine
 
 
 def _seal_existing_rows(spark: SparkSession, cfg: Settings) -> None:

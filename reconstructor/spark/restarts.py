@@ -18,8 +18,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from reconstructor.errors import IntegrityViolationError, StoppedBySignal, UsageError
 from reconstructor.settings.durations import Trigger

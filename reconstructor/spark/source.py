@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 

@@ -13,8 +13,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from reconstructor.contract.tables import SESSION_FIELDS, STATE_FIELDS
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import SESSION_FIELDS, STATE_FIELDS
 from reconstructor.core import jvm_blob
 from reconstructor.core.blob import read_table
 from reconstructor.spark.stateful import state_from_tuple
@@ -25,7 +25,7 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
     """(scalar fields, table) of one session, or None when the checkpoint holds no such session."""
     # RocksDB's loader reports to the driver's StateStoreCoordinator, which Spark registers only
     # once the SparkSession's StreamingQueryManager exists; touch it so a batch job can read state.
-    spark.streams.active  # noqa: B018
+    spark.streams.active  # noqa: B018 - the property is read for its side effect
     states = spark.read.format("statestore").load(checkpoint)
     value = states.schema["value"].dataType
     fields = "value.groupState" if "groupState" in value.fieldNames() else "value"
@@ -40,5 +40,6 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
     info = {"topic": topic, "session": session,
             **{f.column: stored[f.name] for f in SESSION_FIELDS if not f.is_time}}
     blob = stored["table"]
-    state = state_from_tuple(tuple(rows[0]), schema, read=jvm_blob.read_table if jvm_blob.is_jvm_blob(blob) else read_table)
+    read = jvm_blob.read_table if jvm_blob.is_jvm_blob(blob) else read_table
+    state = state_from_tuple(tuple(rows[0]), schema, read=read)
     return info, state.table.sort_index()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -22,21 +22,29 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import (
+    RECORD_FIELDS,
+    SESSION_INFO_FIELDS,
+    STATE_DDL,
+    STATE_FIELDS,
+    RecordKind,
+    SessionField,
+    column_names,
+    records_ddl,
+)
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import chain_head, dump_table, read_table
-from reconstructor.core.seal import session_seal
 from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, ChainSeed, chain_session
 from reconstructor.core.data_loss import DataLoss, loss_reaching
 from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.quarantine import quarantine
+from reconstructor.core.seal import session_seal
 from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds, records_after
 from reconstructor.core.state import SessionState, SessionStatus
-from reconstructor.core.violations import IntegrityViolation
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
-from reconstructor.contract.tables import (RECORD_FIELDS, SESSION_INFO_FIELDS, STATE_DDL, STATE_FIELDS, RecordKind, SessionField,
-                                  column_names, records_ddl)
-from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core.violations import IntegrityViolation
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
 warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty or all-NA.*")

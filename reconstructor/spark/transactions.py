@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import SparkSession
 from pyspark.util import inheritable_thread_target
 
-
 #: Delta's setting for the ``userMetadata`` of every commit made on a SparkSession.
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 

@@ -15,7 +15,6 @@ import argparse
 import random
 import time
 
-
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, load_table, read_table
 from tests.support.model import SCHEMA, Msg, split_rows, to_frame

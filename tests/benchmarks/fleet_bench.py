@@ -54,15 +54,22 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from reconstructor.settings import Duration  # noqa: E402
-from workbench import localstack  # noqa: E402
-from workbench.fleet import FleetSpec, hash_partition, plan_fleet  # noqa: E402
-from workbench.producer import encode, librdkafka_logging  # noqa: E402
-from tests.benchmarks.fleet_figures import (Commit, Verdict, keeps_up, lag_series, latencies,  # noqa: E402
-                                            measured_batches, percentile)
+from reconstructor.settings import Duration
+from tests.benchmarks.fleet_figures import (
+    Commit,
+    Verdict,
+    keeps_up,
+    lag_series,
+    latencies,
+    measured_batches,
+    percentile,
+)
+from workbench import localstack
+from workbench.fleet import FleetSpec, hash_partition, plan_fleet
+from workbench.producer import encode, librdkafka_logging
 
 #: The reconstructor under each engine of its stateful step (``--engine``), then the limit and the peer.
 RECONSTRUCTORS = ("python", "jvm")
@@ -402,7 +409,7 @@ def run_step(engine_name: str, sessions: int, args, work: Path) -> dict:
     prefix = f"fleet{uuid.uuid4().hex[:8]}-sensor-"
     spec = FleetSpec(topic_prefix=prefix, sensors=SENSORS, sessions_per_sensor=sessions // SENSORS,
                      rows=SNAPSHOT_ROWS, updates=seconds, rows_per_update=ROWS_PER_UPDATE,
-                     end_sessions=False, seed=sessions, start=dt.datetime.now(dt.timezone.utc))
+                     end_sessions=False, seed=sessions, start=dt.datetime.now(dt.UTC))
     create_topics(bootstrap, spec.topics())
     partitions = [(t, p) for t in spec.topics() for p in range(PARTITIONS)]
     publisher = Publisher(bootstrap, spec)
@@ -581,14 +588,14 @@ def main(argv: list[str] | None = None) -> int:
     args.bootstrap_servers = args.bootstrap_servers or localstack.bootstrap_servers()
     try:
         AdminClient({"bootstrap.servers": args.bootstrap_servers, **librdkafka_logging()}).list_topics(timeout=10)
-    except Exception as exc:  # any failure to reach the broker is the same usage problem
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the broker is the same usage problem
         print(f"fleet_bench: no Kafka broker answers at {args.bootstrap_servers} ({exc}); "
               "start the local stack (make up)", file=sys.stderr)
         return 2
 
     work = Path(tempfile.mkdtemp(prefix="recon-fleet-"))
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-           "started": dt.datetime.now(dt.timezone.utc).isoformat(),
+           "started": dt.datetime.now(dt.UTC).isoformat(),
            "settings": {"sessions": args.sessions, "engines": args.engines, "minutes": args.minutes,
                         "trigger": args.trigger, "sensors": SENSORS, "partitions_per_topic": PARTITIONS,
                         "snapshot_rows": SNAPSHOT_ROWS, "rows_per_update": ROWS_PER_UPDATE},

@@ -41,8 +41,8 @@ from reconstructor.contract.writer import OUTPUT_FILE
 from reconstructor.settings import Settings, StatefulEngine
 from tests.support.kafka import create_topics
 from workbench import localstack
-from workbench.processes import stack_dir
 from workbench.fleet import Planned, publish
+from workbench.processes import stack_dir
 from workbench.producer import SensorProducer
 
 #: Raise when the history's layout changes, so a cached one is built again.
@@ -52,7 +52,7 @@ SENSORS = 4
 
 
 def _ts() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def live_fleet(topics: list[str], sessions: int, rows: int, updates: int) -> list[Planned]:

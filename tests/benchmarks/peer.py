@@ -84,7 +84,7 @@ class DictReconstructor:
         if seq > st["next"]:
             raise PeerViolation(f"GAP {where} session={session} expected_seq={st['next']} found_seq={seq}")
         st["next"] = seq + 1
-        kafka_ts = dt.datetime.fromtimestamp(kafka_ts_ms / 1000, dt.timezone.utc)
+        kafka_ts = dt.datetime.fromtimestamp(kafka_ts_ms / 1000, dt.UTC)
         hour = kafka_ts.strftime("%Y-%m-%d-%H")
         table = st["table"]
         if kind == "snapshot":

@@ -65,14 +65,14 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from reconstructor.core.policy import OnViolation  # noqa: E402
-from reconstructor.settings import Settings, StatefulEngine  # noqa: E402
-from workbench import localstack  # noqa: E402
-from workbench.fleet import FleetSpec, Planned, plan_fleet, publish  # noqa: E402
-from workbench.producer import SensorProducer  # noqa: E402
-from reconstructor.contract.row_schema import RowSchema  # noqa: E402
-from tests.support.kafka import create_topics  # noqa: E402
-from tests.benchmarks import batch_time, history_bench, scheduled_bench  # noqa: E402
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core.policy import OnViolation
+from reconstructor.settings import Settings, StatefulEngine
+from tests.benchmarks import batch_time, history_bench, scheduled_bench
+from tests.support.kafka import create_topics
+from workbench import localstack
+from workbench.fleet import FleetSpec, Planned, plan_fleet, publish
+from workbench.producer import SensorProducer
 
 PARTITIONS = 2
 
@@ -195,7 +195,7 @@ def throughput(spark, args, work: Path) -> dict:
     spec = FleetSpec(topic_prefix=f"bench{uuid.uuid4().hex[:8]}-sensor-", sensors=args.sensors,
                      sessions_per_sensor=args.sessions, rows=args.rows, updates=args.updates,
                      rows_per_update=args.rows_per_update, end_sessions=False, seed=11,
-                     start=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2))
+                     start=dt.datetime.now(dt.UTC) - dt.timedelta(hours=2))
     messages = list(plan_fleet(spec))
     updates = sum(p.message["type"] == "update" for p in messages)
     create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in spec.topics()})
@@ -332,8 +332,8 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from reconstructor.spark.engines import parse_for, reconstruct_with
-    from reconstructor.spark.pipeline import start
     from reconstructor.spark.parse import parse_records
+    from reconstructor.spark.pipeline import start
     from reconstructor.spark.source import kafka_stream
     from reconstructor.spark.stateful import reconstruct_inputs
 
@@ -434,7 +434,7 @@ FLOOR_VARIANTS = ("limit", "projection", "jvm-aggregate", "jvm-trivial", "jvm-tr
 def _live_fleet(prefix: str, topics: list[str], sessions: int, rows: int, rounds: int) -> list[Planned]:
     """Every session's snapshot, then ``rounds`` rounds of one 3-row update per session: batches of
     U x ``sessions`` offsets then hold U messages of every session."""
-    ts = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    ts = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
     names = [(topics[i % len(topics)], f"{prefix}s{i}") for i in range(sessions)]
     messages = [_snapshot(t, s, rows, ts) for t, s in names]
     for seq in range(1, rounds + 1):
@@ -498,15 +498,15 @@ def _delta_floor(spark, recon_out: Path, root: Path, repeat: int, rounds: int = 
     for i in range(repeat):
         for kind in kinds:
             target = str(root / kind / "changes")
-            timed(kind, "append", lambda: batch.write.format("delta").mode("append").save(target))
-            timed(kind, "merge", lambda: merge(kind))
+            timed(kind, "append", lambda target=target: batch.write.format("delta").mode("append").save(target))
+            timed(kind, "merge", lambda kind=kind: merge(kind))
             # The same two with Delta's own exactly-once ids (what every batch of the reconstructor
             # asks of Delta): the price of idempotency in Delta itself.
-            timed(kind, "txn_append", lambda: (batch.write.format("delta").mode("append")
+            timed(kind, "txn_append", lambda kind=kind, i=i, target=target: (batch.write.format("delta").mode("append")
                                                .option("txnAppId", f"{app}-{kind}-append").option("txnVersion", i)
                                                .save(target)))
 
-            def txn_merge():
+            def txn_merge(kind=kind, i=i):
                 with IdempotentDml(spark, f"{app}-{kind}-merge", i):
                     merge(kind)
             timed(kind, "txn_merge", txn_merge)
@@ -705,7 +705,7 @@ def scaling(spark, args, work: Path, save=lambda partial: None) -> dict:
     prefix = f"scale{uuid.uuid4().hex[:8]}-sensor-"
     topics = [f"{prefix}{i}" for i in range(4)]
     create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in topics})
-    ts = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    ts = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
     engines = args.engines
     cfgs = {e: Settings(bootstrap_servers=localstack.bootstrap_servers(), topic_pattern=f"{prefix}[0-9]+",
                         output=str(work / e.value / "out"), checkpoint=str(work / e.value / "chk"),
@@ -856,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = _spark(args.shuffle_partitions, classes, event_log)
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "spark": spark.version, "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions")},
-           "started": dt.datetime.now(dt.timezone.utc).isoformat()}
+           "started": dt.datetime.now(dt.UTC).isoformat()}
     try:
         if args.which in ("all", "throughput"):
             out["throughput"] = throughput(spark, args, work / "throughput")

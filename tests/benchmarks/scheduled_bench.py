@@ -30,11 +30,11 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.support.faulty_s3 import s3_env
+from tests.support.kafka import create_topics
 from workbench import localstack
 from workbench.fleet import FleetSpec, plan_fleet, publish
 from workbench.producer import SensorProducer
-from tests.support.faulty_s3 import s3_env
-from tests.support.kafka import create_topics
 
 PARTITIONS = 2
 #: The targets: a subject's time over the limit's.
@@ -45,7 +45,7 @@ def _fleet(sensors: int, sessions: int, rows: int, updates: int) -> tuple[str, i
     """The fleet in Kafka; its topic pattern and message count."""
     spec = FleetSpec(topic_prefix=f"sched{uuid.uuid4().hex[:8]}-sensor-", sensors=sensors,
                      sessions_per_sensor=sessions, rows=rows, updates=updates, rows_per_update=3,
-                     end_sessions=False, seed=17, start=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1))
+                     end_sessions=False, seed=17, start=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
     messages = list(plan_fleet(spec))
     create_topics(localstack.bootstrap_servers(), {t: PARTITIONS for t in spec.topics()})
     publish(SensorProducer(localstack.bootstrap_servers()), messages, {t: PARTITIONS for t in spec.topics()})

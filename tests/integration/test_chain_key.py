@@ -11,11 +11,12 @@ from deltalake import DeltaTable
 
 from reconstructor.audit.delta_tables import delta_uri, storage_options
 from reconstructor.contract.row_schema import RowSchema
+from tests.support.cli import cli_in_process as cli
+from tests.support.cli import refusal_line
+from tests.support.pipeline import produce
 from workbench import localstack
 from workbench.fleet import FleetSpec, plan_fleet
 from workbench.smoke import local_s3
-from tests.support.cli import cli_in_process as cli, refusal_line
-from tests.support.pipeline import produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
 NAMES = RowSchema.load().names

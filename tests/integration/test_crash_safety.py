@@ -11,16 +11,25 @@ import time
 
 import pytest
 
-from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
-from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
-                                                produce, read_table, replayed_tables, run)
+from tests.support.pipeline import (
+    change_count,
+    current_tables,
+    expected_all,
+    expected_open,
+    produce,
+    read_table,
+    replayed_tables,
+    run,
+)
+from workbench.fleet import FleetSpec, plan_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NAMES = RowSchema.load().names
 # Each trial is a driver's start (most of its time), up to three batches, and a kill at a random
 # moment inside the batch after those it let through: the first trial's first batch is the appends
-# into new tables.  CI's time pays for four; RECON_CRASH_TRIALS=20 draws more.  The points are drawn from the run id, so each CI run kills at points of its own.
+# into new tables.  CI's time pays for four; RECON_CRASH_TRIALS=20 draws more.  The points are
+# drawn from the run id, so each CI run kills at points of its own.
 TRIALS = int(os.environ.get("RECON_CRASH_TRIALS", "4"))
 
 

@@ -1,4 +1,5 @@
-"""``make demo`` (``python -m workbench demo``) as a user runs it: every command it prints at the end works as printed."""
+"""``make demo`` (``python -m workbench demo``) as a user runs it: every command it prints at the end
+works as printed."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ import struct
 import tempfile
 import time
 import uuid
+from itertools import pairwise
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,10 +44,10 @@ from reconstructor.core import blob, jvm_blob
 from reconstructor.core.chain import ChainSeed
 from reconstructor.core.data_loss import DataLoss
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
+from reconstructor.core.seed import SessionSeed, SessionSeeds
 from reconstructor.core.violations import quoted
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.engines import parse_for, reconstruct_with
-from reconstructor.core.seed import SessionSeed, SessionSeeds
 from tests.integration.test_fuzz import FOUND, SCHEMA, SEED, TOPIC, Record, fleet
 
 pytestmark = pytest.mark.integration
@@ -93,7 +94,7 @@ def scenarios(draw) -> Scenario:
     n = len(records)
     cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=4))) if n > 1 else []
     bounds = [0, *cuts, n]
-    batches = [records[a:b] for a, b in zip(bounds, bounds[1:])]
+    batches = [records[a:b] for a, b in pairwise(bounds)]
     restarts = draw(st.sets(st.integers(1, len(batches) - 1), max_size=2)) if len(batches) > 1 else set()
     snapshots = []
     for r in records:
@@ -430,7 +431,7 @@ def java_quoted(spark):
 
 def _no_surrogate_pair(s: str) -> bool:
     """Java reads a high surrogate before a low one as one letter; Python's text never holds such a pair."""
-    return not any("\ud800" <= a <= "\udbff" and "\udc00" <= b <= "\udfff" for a, b in zip(s, s[1:]))
+    return not any("\ud800" <= a <= "\udbff" and "\udc00" <= b <= "\udfff" for a, b in pairwise(s))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Producer
 
 from reconstructor.errors import IntegrityViolationError
-from tests.support.pipeline import read_table, run
 from tests.support.cli import cli_in_process
 from tests.support.kafka import create_topics
+from tests.support.pipeline import read_table, run
 
 pytestmark = pytest.mark.integration
 TS = "2026-11-21T10:00:00Z"

@@ -39,9 +39,9 @@ from hypothesis import HealthCheck, Phase, given, note, seed, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
 from reconstructor.core.timestamps import parse_rfc3339
-from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.stateful import reconstruct
 from tests.support.model import Msg, QuarantineModel
@@ -55,7 +55,7 @@ QUARANTINE = IntegrityPolicy(OnViolation.QUARANTINE)
 _SEED = os.environ.get("RECON_FUZZ_SEED") or "20261125"
 SEED = random.SystemRandom().randrange(2**32) if _SEED == "random" else int(_SEED)
 EXAMPLES = int(os.environ.get("RECON_FUZZ_EXAMPLES") or 8)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 # The times the tables carry (both ends included), and Jackson's limits, which Spark's JSON
 # parser keeps: nesting depth (1000, less the level the parse's check for trailing content wraps

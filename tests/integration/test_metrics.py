@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.fleet import FleetSpec, inject, plan_fleet
 from tests.support.cli import scrape_metrics, stop_run
 from tests.support.pipeline import produce
+from workbench.fleet import FleetSpec, inject, plan_fleet
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 2

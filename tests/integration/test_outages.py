@@ -16,10 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from workbench import localstack
-from workbench.fleet import FleetSpec, plan_fleet, publish
-from workbench.producer import SensorProducer
-from workbench.smoke import local_s3
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.engine import build_spark
 from tests.support.cli import stop_run
@@ -27,6 +23,10 @@ from tests.support.kafka import create_topics, send, snapshot, update
 from tests.support.model import Model, Msg
 from tests.support.pipeline import assert_exact, current_tables, normalise, offsets_of, read_table
 from tests.support.privatestack import PrivateStack
+from workbench import localstack
+from workbench.fleet import FleetSpec, plan_fleet, publish
+from workbench.producer import SensorProducer
+from workbench.smoke import local_s3
 
 NAMES = RowSchema.load().names
 PARTITIONS = 2

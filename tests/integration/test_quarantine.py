@@ -11,15 +11,23 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from workbench.fleet import FleetSpec, inject, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.data_loss import offsets_from_log
+
 # The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
 from tests.support.cli import cli_in_process as cli
 from tests.support.cli import produce as produce_fleet
 from tests.support.kafka import create_topics, read_all
-from tests.support.pipeline import (current_tables, expected_all, expected_open, offsets_of, produce, read_table,
-                                    replayed_tables)
+from tests.support.pipeline import (
+    current_tables,
+    expected_all,
+    expected_open,
+    offsets_of,
+    produce,
+    read_table,
+    replayed_tables,
+)
+from workbench.fleet import FleetSpec, inject, plan_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
 NAMES = RowSchema.load().names

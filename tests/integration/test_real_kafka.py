@@ -182,7 +182,7 @@ def _wait_for(predicate, running, timeout_s: float = 120) -> None:
 def _last_seqs(spark, out: str) -> dict:
     try:
         return {(r.session, r.status): r.last_seq for r in read_table(spark, out, "sessions").collect()}
-    except Exception:  # not created yet
+    except Exception:  # noqa: BLE001 - the table is not created yet
         return {}
 
 
@@ -235,6 +235,7 @@ def test_a_topic_deleted_after_its_sessions_ended_is_no_loss_under_a_continuous_
 def test_records_deleted_before_they_were_read_are_data_loss_naming_the_offsets_and_nothing_is_written(
         stack, spark, run_id, tmp_path):
     from confluent_kafka import TopicPartition
+
     from tests.support.pipeline import table_versions
 
     bootstrap = stack.bootstrap_servers()
@@ -268,7 +269,7 @@ def _create_again(bootstrap: str, topic: str) -> None:
         try:
             _topic(bootstrap, topic)
             return
-        except Exception:
+        except Exception:  # noqa: BLE001 - the broker is still deleting it: asked again until the deadline
             assert time.monotonic() < deadline, "the topic could not be created again"
             time.sleep(0.5)
 
@@ -342,8 +343,8 @@ def test_in_quarantine_mode_a_data_loss_sets_each_session_of_the_partition_aside
 
     detail = (f"offsets 2..3 of {topic}[0] were never processed and are gone from Kafka "
               f"(the earliest offset still there is 4)")
-    rows = sorted(((r.session or "", r.kind, r.partition, r.offset, r.expected_seq, r.found_seq, r.detail)
-                   for r in read_table(spark, out, "violations").collect()))
+    rows = sorted((r.session or "", r.kind, r.partition, r.offset, r.expected_seq, r.found_seq, r.detail)
+                   for r in read_table(spark, out, "violations").collect())
     set_aside = "set aside: the session is quarantined until its next snapshot"
     assert rows == [
         ("", "DATA_LOSS", 0, 2, None, None, detail),

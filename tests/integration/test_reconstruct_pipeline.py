@@ -5,13 +5,22 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
-from workbench.fleet import FleetSpec, expected_tables, inject, plan_fleet
-from reconstructor.errors import IntegrityViolationError
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import ROW_CHANGES, STATS_COLUMNS, table_path
+from reconstructor.errors import IntegrityViolationError
 from reconstructor.spark.catalog import path_ref
-from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
-                                                offsets_of, produce, read_table, replayed_tables, run)
+from tests.support.pipeline import (
+    change_count,
+    current_tables,
+    expected_all,
+    expected_open,
+    offsets_of,
+    produce,
+    read_table,
+    replayed_tables,
+    run,
+)
+from workbench.fleet import FleetSpec, expected_tables, inject, plan_fleet
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
@@ -45,7 +54,7 @@ def test_thousands_of_messages_per_session_in_one_batch_rebuild_every_table_exac
     assert replayed_tables(spark, out, NAMES) == expected_all(messages, NAMES)
     sessions = {(r.topic, r.session): r for r in read_table(spark, out, "sessions").collect()}
     assert len(sessions) == 6
-    for (topic, session), row in sessions.items():
+    for (_topic, session), row in sessions.items():
         assert row.status == ("ended" if session in closing else "open")
         assert row.first_seq == 0 and row.last_seq == (1501 if session in closing else 1500)
         assert row.snapshot_seq == 1401  # the last resync: update slot 1400, after the first snapshot

@@ -11,11 +11,19 @@ import time
 import pytest
 
 from reconstructor.cli import main as cli_main
-from workbench.fleet import FleetSpec, Planned, sensor_snapshot, expected_tables, plan_fleet, publish
-from workbench.producer import SensorProducer
 from reconstructor.contract.row_schema import RowSchema
-from tests.support.pipeline import (change_count, current_tables, expected_all, expected_open,
-                                                produce, read_table, replayed_tables, run)
+from tests.support.pipeline import (
+    change_count,
+    current_tables,
+    expected_all,
+    expected_open,
+    produce,
+    read_table,
+    replayed_tables,
+    run,
+)
+from workbench.fleet import FleetSpec, Planned, expected_tables, plan_fleet, publish, sensor_snapshot
+from workbench.producer import SensorProducer
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names
@@ -84,7 +92,7 @@ def test_a_replay_into_the_tables_is_exact_and_the_stream_carries_on_from_its_ch
     more = list(plan_fleet(FleetSpec(topic_prefix=spec.topic_prefix, sensors=2, sessions_per_sensor=3,
                                      rows=5, updates=10, seed=18, end_sessions=False)))
     later = [p for p in more if p.session.endswith("-2")]
-    before_later = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
+    before_later = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
     time.sleep(1.5)  # Kafka's timestamps of the later records are past ``before_later`` by a second
     publish(SensorProducer(bootstrap), later, {t: 2 for t in spec.topics()})
     code = cli_main(["run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out,

@@ -9,11 +9,13 @@ import os
 
 import pytest
 
-from reconstructor.contract.tables import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS, column_names
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS, column_names
 from reconstructor.spark.compaction import Compactor, compact_live_tables
+
 # The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
-from tests.support.cli import cli_in_process as cli, refusal_line
+from tests.support.cli import cli_in_process as cli
+from tests.support.cli import refusal_line
 from tests.support.kafka import create_topics, send
 from tests.support.pipeline import current_tables, read_table, table_versions
 

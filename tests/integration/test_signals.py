@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import assert_exact, produce, run
+from workbench.fleet import FleetSpec, plan_fleet
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names

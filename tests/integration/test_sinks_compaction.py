@@ -7,14 +7,14 @@ import time
 
 import pytest
 
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.spark.compaction import Compactor
+from tests.support.faulty_s3 import wait_for
+from tests.support.kafka import create_topics
+from tests.support.pipeline import expected_open, read_table, run
 from workbench import localstack
 from workbench.fleet import FleetSpec, plan_fleet, publish
 from workbench.producer import SensorProducer
-from reconstructor.contract.row_schema import RowSchema
-from reconstructor.spark.compaction import Compactor
-from tests.support.pipeline import expected_open, read_table, run
-from tests.support.faulty_s3 import wait_for
-from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def _rows(df, order):
 
 
 def test_compaction_bin_packs_closed_hours_and_delta_rs_reads_the_same_tables(spark, run_id, tmp_path):
-    now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     spec = FleetSpec(topic_prefix=f"cp{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=20,
                      updates=240, rows_per_update=1, seed=4, end_sessions=False,
                      start=now - dt.timedelta(hours=4), step=dt.timedelta(seconds=45))  # 3 hours
@@ -81,11 +81,10 @@ def _interval(progress: dict) -> tuple[float, float]:
 
 def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spark, run_id, tmp_path):
     from reconstructor.spark import pipeline
-    from tests.support.pipeline import caught_up, stream_config
-    from tests.support.pipeline import current_tables, expected_all, replayed_tables
+    from tests.support.pipeline import caught_up, current_tables, expected_all, replayed_tables, stream_config
     NAMES = RowSchema.load().names
 
-    now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     spec = FleetSpec(topic_prefix=f"sc{run_id}-sensor-", sensors=2, sessions_per_sensor=1, rows=10,
                      updates=360, rows_per_update=1, seed=8, end_sessions=False,
                      start=now - dt.timedelta(hours=4), step=dt.timedelta(seconds=30))
@@ -156,7 +155,7 @@ def test_a_violation_after_good_batches_leaves_every_table_as_after_the_last_goo
 def _closed_hours_table(spark, out: str, hours: int = 4, appends: int = 3) -> list[str]:
     """A ``row_changes``-like table, partitioned by hour, with ``appends`` files in each of
     ``hours`` hours that ended at least an hour ago."""
-    now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     names = [(now - dt.timedelta(hours=h)).strftime("%Y-%m-%d-%H") for h in range(hours + 1, 1, -1)]
     for i in range(appends):
         rows = [(name, i, n) for name in names for n in range(50)]
@@ -243,7 +242,7 @@ def test_a_short_vacuum_retention_leaves_the_streams_session_checking_retention(
     _closed_hours_table(spark, out, hours=2)
     compactor = Compactor(spark, out, grace_s=0, retention_hours=0, min_files=1)
     compactor.run(vacuum=False)
-    parquet = lambda: {p.name for p in (tmp_path / "out" / "row_changes").rglob("*.parquet")}  # noqa: E731
+    parquet = lambda: {p.name for p in (tmp_path / "out" / "row_changes").rglob("*.parquet")}  # noqa: E731 - a one-line helper beside its uses
     files_before = parquet()
 
     assert compactor.vacuum(names=("row_changes",)) == ["row_changes"]

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from reconstructor.contract.row_schema import RowSchema
+from tests.support.pipeline import assert_exact, produce
 from workbench import localstack
 from workbench.fleet import FleetSpec, plan_fleet
 from workbench.standalone import Cluster, standalone_cluster
-from reconstructor.contract.row_schema import RowSchema
-from tests.support.pipeline import assert_exact, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NAMES = RowSchema.load().names

@@ -9,9 +9,8 @@ import pytest
 
 from reconstructor.core import ViolationKind
 from reconstructor.errors import IntegrityViolationError
+from tests.support.kafka import create_topics, send, snapshot, update
 from tests.support.pipeline import read_table, run
-from tests.support.kafka import send, snapshot, update
-from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration
 TIMEOUT = "8 seconds"

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 
-from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import STATS_COLUMNS, STATS_PROPERTY, TABLES
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.pipeline import assert_exact, produce, read_table, run
+from workbench.fleet import FleetSpec, plan_fleet
 
 pytestmark = pytest.mark.integration
 NAMES = RowSchema.load().names

@@ -3,7 +3,6 @@ any session id (spaces, letters beyond ASCII, control characters)."""
 
 from __future__ import annotations
 
-
 import pytest
 
 # The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.

@@ -11,22 +11,22 @@ import re
 import shutil
 from pathlib import Path
 
+import boto3
 import pyarrow.compute as pc
 import pytest
 from delta.tables import DeltaTable as SparkDeltaTable
-import boto3
 from deltalake import DeltaTable, write_deltalake
 
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
+from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import TABLES
 from reconstructor.errors import UsageError
-from reconstructor.spark.catalog import comment_tables, register_tables, table_comment
 from reconstructor.settings import S3Settings
-from workbench import localstack
-from workbench.fleet import FleetSpec, inject, plan_fleet
-from reconstructor.contract.row_schema import RowSchema
+from reconstructor.spark.catalog import comment_tables, register_tables, table_comment
 from tests.support.cli import cli, cli_in_process
 from tests.support.pipeline import current_tables, expected_all, produce
+from workbench import localstack
+from workbench.fleet import FleetSpec, inject, plan_fleet
 
 pytestmark = pytest.mark.integration
 SCHEMA = RowSchema.load()

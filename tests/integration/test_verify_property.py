@@ -45,8 +45,7 @@ from reconstructor.core.violations import IntegrityViolation
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.sinks import DeltaSinks
-from tests.integration.test_engine_differential import (Scenario, feed, reconstructed, scenarios,
-                                                        start_available_now)
+from tests.integration.test_engine_differential import Scenario, feed, reconstructed, scenarios, start_available_now
 from tests.integration.test_fuzz import SCHEMA, SEED, Record
 from tests.support.cli import cli_in_process
 

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from workbench import localstack
-from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark.checkpoint import read_checkpoint_file
 from reconstructor.spark.engines import ENGINE_FILE
 from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.cli import produce
 from tests.support.pipeline import current_tables, expected_all, replayed_tables
+from workbench import localstack
+from workbench.fleet import FleetSpec, plan_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

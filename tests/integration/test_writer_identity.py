@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from workbench.fleet import FleetSpec, plan_fleet
 from reconstructor.contract.row_schema import RowSchema
-from tests.support.pipeline import assert_exact, current_tables, expected_open, produce, run, table_versions
+
 # The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
-from tests.support.cli import cli_in_process as cli, refusal_line
+from tests.support.cli import cli_in_process as cli
+from tests.support.cli import refusal_line
+from tests.support.pipeline import assert_exact, current_tables, expected_open, produce, run, table_versions
+from workbench.fleet import FleetSpec, plan_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
 NAMES = RowSchema.load().names
@@ -71,7 +73,7 @@ def test_a_second_checkpoint_over_written_tables_is_refused_and_the_first_goes_o
     assert_exact(spark, out, messages, NAMES)
     # Each batch's commits name the lease they were written under: one per run, the last the
     # lease the output keeps (released).
-    from reconstructor.contract.lease import FileLeaseStore, LEASE_NAME
+    from reconstructor.contract.lease import LEASE_NAME, FileLeaseStore
     from reconstructor.contract.writer import lease_in_metadata, offsets_in_metadata
 
     commits = [r["userMetadata"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{out}/row_changes`").collect()]
@@ -133,8 +135,8 @@ def test_a_run_on_a_replays_checkpoint_behind_the_writer_is_refused_naming_how_f
     batch's commits record its offsets.  Behind, it would append again what the writer wrote; and
     the writer's last commit is found however many commits came after it (here more than the first
     look at the history reads)."""
-    from reconstructor.spark.sinks import history
     from reconstructor.cli import main as cli_main
+    from reconstructor.spark.sinks import history
 
     spec, messages, half = _fleet(f"wstale{run_id}-sensor-")
     pattern, bootstrap = f"wstale{run_id}-sensor-[0-9]+", stack.bootstrap_servers()

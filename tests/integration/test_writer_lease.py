@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.settings import S3Settings
+from reconstructor.contract.lease import LeaseLost, S3LeaseStore, WriterLease, lease_store
 from reconstructor.core.lease import Lease
 from reconstructor.errors import ReconstructorError, UsageError
-from reconstructor.contract.lease import LeaseLost, S3LeaseStore, WriterLease, lease_store
+from reconstructor.settings import S3Settings
 from tests.support.faulty_s3 import held, release, s3_endpoint_of_its_own, wait_for
 
 pytestmark = pytest.mark.integration

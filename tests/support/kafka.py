@@ -12,7 +12,7 @@ def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=1)
                                    for t, n in topics.items()])
-    for topic, fut in futures.items():
+    for fut in futures.values():
         fut.result(30)
 
 

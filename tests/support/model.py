@@ -9,12 +9,13 @@ from __future__ import annotations
 import copy
 import datetime as dt
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
 
-from reconstructor.core.frames import INPUT
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core.frames import INPUT
 
 SCHEMA = RowSchema.load("demo_sensor")
 BASE_TS = dt.datetime(2026, 11, 21, 10, 0, 0)
@@ -63,7 +64,7 @@ def split_rows(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
     an array: the first ``len(frame) % parts`` runs one row longer, empty runs when rows run out."""
     size, longer = divmod(len(frame), parts)
     ends = np.cumsum([0] + [size + 1] * longer + [size] * (parts - longer))
-    return [frame.iloc[start:end].copy() for start, end in zip(ends[:-1], ends[1:])]
+    return [frame.iloc[start:end].copy() for start, end in pairwise(ends)]
 
 
 class ModelViolation(Exception):
@@ -161,7 +162,7 @@ def normalise_values(values: dict) -> dict:
     for c in SCHEMA.names:
         v = values.get(c)
         if isinstance(v, dt.datetime) and v.tzinfo is not None:
-            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            v = v.astimezone(dt.UTC).replace(tzinfo=None)
         out[c] = v
     return out
 
@@ -171,9 +172,9 @@ class QuarantineModel:
     """Dict replay of one session in quarantine mode, one record at a time in Kafka order.
 
     A violation is recorded and the session quarantined (an ended session stays ended: each later
-    record is AFTER_END); while quarantined, records are SKIPPED until a well-formed snapshot
-    on its partition with a seq past the last applied one, which resyncs it.  A snapshot replacing a table built from a snapshot is
-    compared with it (SNAPSHOT_DRIFT when they differ)."""
+    record is AFTER_END); while quarantined, records are SKIPPED until a well-formed snapshot on
+    its partition with a seq past the last applied one, which resyncs it.  A snapshot replacing a
+    table built from a snapshot is compared with it (SNAPSHOT_DRIFT when they differ)."""
 
     strict: Model = field(default_factory=Model)
     quarantined: bool = False

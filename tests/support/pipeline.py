@@ -8,13 +8,13 @@ from collections import defaultdict
 from delta.tables import DeltaTable
 
 from reconstructor import settings as config
+from reconstructor.contract.tables import TABLES
+from reconstructor.errors import RunAgain
+from reconstructor.spark.pipeline import start
+from tests.support.kafka import create_topics
 from workbench import localstack
 from workbench.fleet import FleetSpec, expected_tables, hash_partition, publish
 from workbench.producer import SensorProducer
-from reconstructor.errors import RunAgain
-from reconstructor.contract.tables import TABLES
-from reconstructor.spark.pipeline import start
-from tests.support.kafka import create_topics
 
 
 def produce(spec: FleetSpec, messages, partitions: int, create: bool = True) -> dict:
@@ -68,7 +68,7 @@ def normalise(values: dict, names) -> dict:
     for c in names:
         v = values.get(c)
         if c == "calibrated_at" and isinstance(v, str):
-            v = dt.datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(dt.timezone.utc).replace(tzinfo=None)
+            v = dt.datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(dt.UTC).replace(tzinfo=None)
         out[c] = v
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from itertools import pairwise
 
 from hypothesis import strategies as st
 
@@ -63,7 +64,7 @@ def batches_of(draw, msgs: list[Msg]):
     """Cut the messages into consecutive micro-batches, each shuffled (Spark gives no order)."""
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(msgs) - 1)), max_size=4)))
     bounds = [0] + [c for c in cuts if c < len(msgs)] + [len(msgs)]
-    batches = [msgs[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    batches = [msgs[a:b] for a, b in pairwise(bounds) if b > a]
     return [draw(st.permutations(b)) for b in batches]
 
 
@@ -72,4 +73,4 @@ def micro_batches(draw, msgs: list[Msg]):
     """The records cut into consecutive micro-batches where hypothesis chooses, each in Kafka order."""
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(msgs) - 1)), max_size=len(msgs))))
     bounds = [0] + [c for c in cuts if c < len(msgs)] + [len(msgs)]
-    return [msgs[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [msgs[a:b] for a, b in pairwise(bounds) if b > a]

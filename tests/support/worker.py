@@ -20,8 +20,8 @@ from pyspark.sql.pandas.serializers import ApplyInPandasWithStateSerializer
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.worker import RunnerConf, wrap_grouped_map_pandas_udf_with_state
 
-from reconstructor.contract.tables import records_ddl
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import records_ddl
 from tests.support.groupstate import VALUE_SCHEMA
 
 _TYPES = {"INT": T.IntegerType(), "BIGINT": T.LongType(), "STRING": T.StringType(), "BINARY": T.BinaryType(),

@@ -10,20 +10,20 @@ import sys
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
 from deltalake import write_deltalake
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconstructor.audit.checks import Discrepancy, Verification
-from reconstructor.contract.tables import SEALED_PROPERTY
-from reconstructor.errors import UsageError
 from reconstructor.audit.delta_tables import delta_uri, storage_options
 from reconstructor.audit.fold import ChangeFold, changes_up_to, row_columns
 from reconstructor.audit.seq_runs import SeqRuns
-from reconstructor.settings import S3Settings
+from reconstructor.contract.tables import SEALED_PROPERTY
 from reconstructor.core.batch import process_batch
-from reconstructor.core.seal import session_seal
 from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, ChainSeed, chain_messages, chain_session
+from reconstructor.core.seal import session_seal
+from reconstructor.errors import UsageError
+from reconstructor.settings import S3Settings
 from tests.support.model import SCHEMA, Model, Msg, normalise_values, to_frame
 from tests.support.strategies import batches_of, valid_session
 
@@ -277,7 +277,7 @@ def test_a_quarantined_session_needs_its_violation_row_and_skipped_rows_their_ca
     assert "no violation row" in found.detail
 
     cause = pd.DataFrame([violation("GAP", 17, 7), violation("SKIPPED", 18, 8)])
-    found, check = verify(changes, quarantined, current.iloc[:0], cause)
+    found, _check = verify(changes, quarantined, current.iloc[:0], cause)
     assert found is None, found.line()
 
     skipped_alone = pd.DataFrame([violation("SKIPPED", 18, 8)])
@@ -399,7 +399,7 @@ def test_a_replay_from_a_snapshot_that_dropped_rows_links_into_the_live_chain():
     """The live run's snapshot drops a row (a ``row_pos = -1`` delete in its digest); a replay that
     starts the session there, into an empty table, makes no such delete, so it takes the tables'
     digests of that snapshot (its seed) and its later messages get the live run's digests."""
-    row = lambda rid, t: {"id": rid, "values": {"temperature": t}}  # noqa: E731
+    row = lambda rid, t: {"id": rid, "values": {"temperature": t}}  # noqa: E731 - a one-line helper beside its uses
     msgs = [Msg(seq=0, type="snapshot", rows=[row("a", 1.0), row("b", 2.0)], offset=10),
             Msg(seq=1, type="snapshot", rows=[row("a", 1.0)], offset=11),  # drops b
             Msg(seq=2, type="update", rows=[row("a", 3.0)], offset=12)]
@@ -408,7 +408,7 @@ def test_a_replay_from_a_snapshot_that_dropped_rows_links_into_the_live_chain():
     snap = live[live["seq"] == 1].iloc[0]
     replay = process_batch(TOPIC, SESSION, [to_frame(msgs[1:])], None, SCHEMA, await_snapshot=True)
     seed = ChainSeed(snap["chain_prev"], snap["chain_digest"])
-    prevs, digests, head = chain_session(TOPIC, SESSION, replay.columns, None, seed, 1, ROW_TYPES, key)
+    _prevs, digests, head = chain_session(TOPIC, SESSION, replay.columns, None, seed, 1, ROW_TYPES, key)
     assert head == live["chain_digest"].iloc[-1]
     seqs = list(replay.columns["seq"])
     assert [d for q, d in zip(seqs, digests) if q == 1] == [snap["chain_digest"]]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from reconstructor.core.compaction_schedule import wait_before_compaction
 
-T0 = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
 
 

@@ -12,13 +12,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconstructor.core import ViolationKind
+from reconstructor.core.batch import apply_in_kafka_order, apply_update_run, process_batch
 from reconstructor.core.blob import dump_table, load_table, read_table
 from reconstructor.core.frames import concat_rows
-from reconstructor.core.batch import apply_in_kafka_order, apply_update_run, process_batch
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.table import last_change_per_row
-from tests.support.model import (SCHEMA, Model, ModelViolation, Msg, normalise_values, split_rows,
-                                 table_as_dict, to_frame)
+from tests.support.model import (
+    SCHEMA,
+    Model,
+    ModelViolation,
+    Msg,
+    normalise_values,
+    split_rows,
+    table_as_dict,
+    to_frame,
+)
 from tests.support.strategies import batches_of, valid_session
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -192,7 +200,7 @@ def faulty(draw):
 def test_every_injected_fault_raises_its_kind_with_the_records_coordinates(case, split):
     batches, expected_kind = case
     _, _, violation = run_core(batches, split)
-    model, model_violation = run_model(batches)
+    _model, model_violation = run_model(batches)
 
     assert model_violation is not None and model_violation.kind == expected_kind
     assert violation is not None, "the core accepted a faulty stream"
@@ -263,8 +271,8 @@ def test_blob_refuses_a_lossy_type_change():
 
 @pytest.mark.parametrize("rows", [0, 3, 1500])
 def test_blob_round_trips_every_column_type_with_nulls_in_canonical_dtypes(rows):
-    from reconstructor.core.frames import coerce_columns
     from reconstructor.contract.row_schema import TYPES, RowSchema
+    from reconstructor.core.frames import coerce_columns
 
     schema = RowSchema.from_dict({"name": "all", "columns": [{"name": f"c_{t}", "type": t} for t in TYPES]})
     values = {"c_string": ["x", None, "ü"], "c_double": [1.5, None, -0.0], "c_long": [2**60, None, -1],
@@ -312,10 +320,10 @@ def test_an_update_in_arrow_gives_the_table_the_pandas_update_gives_for_every_co
     """The short path updates a table read from its blob in Arrow; the general path in pandas.
     Both must give the same table, for every column type and with nulls (upsert, re-upsert,
     delete, new row)."""
+    from reconstructor.contract.row_schema import TYPES, RowSchema
     from reconstructor.core.blob import to_frame
     from reconstructor.core.frames import coerce_columns
     from reconstructor.core.table import apply_updates, columns_of
-    from reconstructor.contract.row_schema import TYPES, RowSchema
 
     schema = RowSchema.from_dict({"name": "all", "columns": [{"name": f"c_{t}", "type": t} for t in TYPES]})
     values = {"c_string": ["x", None, "ü", "y"], "c_double": [1.5, None, -0.0, 2.0], "c_long": [2**60, None, -1, 7],

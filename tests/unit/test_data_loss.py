@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.core.data_loss import (find_data_loss, offsets_from_log, offsets_without, recreated_partitions,
-                                          settle_recreated)
+from reconstructor.core.data_loss import (
+    find_data_loss,
+    offsets_from_log,
+    offsets_without,
+    recreated_partitions,
+    settle_recreated,
+)
 from reconstructor.core.violations import ViolationKind
 
 T = "sensor-1"

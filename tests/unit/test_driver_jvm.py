@@ -37,7 +37,7 @@ def test_a_call_without_an_answer_is_a_broken_connection_and_a_java_exception_is
         try:
             raise ConnectionResetError(104, "Connection reset by peer")
         except ConnectionResetError:
-            raise RuntimeError("the query failed")
+            raise RuntimeError("the query failed")  # noqa: B904 - the implicit chain (__context__) is what is tested
     except RuntimeError as during:
         assert connection_broke(during)
     assert not connection_broke(_JavaError())

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.settings import Settings
-from reconstructor.errors import EXIT_FAILURE, IntegrityViolationError, ReconstructorError, UsageError
 from reconstructor.cli.failures import endpoint_address, explain
+from reconstructor.errors import EXIT_FAILURE, IntegrityViolationError, ReconstructorError, UsageError
+from reconstructor.settings import Settings
 
 NO_BUCKET = (
     "An error occurred while calling o86.exists.\n"

@@ -10,11 +10,17 @@ from hypothesis import strategies as st
 from pyspark.sql import Row
 
 from reconstructor.audit.fleet_check import FleetCheck
-from reconstructor.contract.writer import (FleetRecord, batch_metadata, fleet_in_metadata, newest_first,
-                                           stamp_metadata)
+from reconstructor.contract.writer import FleetRecord, batch_metadata, fleet_in_metadata, newest_first, stamp_metadata
 from reconstructor.core.chain import ChainKey
-from reconstructor.core.fleet_seal import (FLEET_DOMAIN, MEMBER_DOMAIN, FleetSeal, TableSum, canonical_violation,
-                                      session_member, violation_member)
+from reconstructor.core.fleet_seal import (
+    FLEET_DOMAIN,
+    MEMBER_DOMAIN,
+    FleetSeal,
+    TableSum,
+    canonical_violation,
+    session_member,
+    violation_member,
+)
 from reconstructor.core.seal import SEAL_DOMAIN_V1, canonical_session, seal_version, session_seal
 from reconstructor.spark.sinks.ahead import at_or_after, history_point
 from reconstructor.spark.sinks.fleet_seal import FleetLedger
@@ -60,8 +66,8 @@ def test_the_mac_is_the_contracts_encoding():
 
 def test_a_violations_member_is_an_hmac_of_its_row_without_its_write_time():
     row = violation_row()
-    canonical = ('{"detail":"a \\"gap\\"","expected_seq":"2","found_seq":"4611686018427387905","kind":"GAP",'
-                 '"offset":"5","partition":"0","session":"a","topic":"s-1"}').encode()
+    canonical = (b'{"detail":"a \\"gap\\"","expected_seq":"2","found_seq":"4611686018427387905","kind":"GAP",'
+                 b'"offset":"5","partition":"0","session":"a","topic":"s-1"}')
     assert canonical_violation(row) == canonical
     assert violation_member(KEY, row) == int(hmac.new(b"fleet-key", MEMBER_DOMAIN + canonical,
                                                       hashlib.sha256).hexdigest(), 16)
@@ -189,7 +195,7 @@ session_records = st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 6),
 def test_each_batch_seals_the_tables_the_merge_leaves(batches, retried):
     """Whatever the batches (records behind the table included) and wherever one is run again
     after its commits landed, the seal matches what the MERGE and the appends leave."""
-    ledger = FleetLedger(None, "unused", KEY)  # type: ignore[arg-type]
+    ledger = FleetLedger(None, "unused", KEY)  # type: ignore[arg-type] - no SparkSession: the ledger is never loaded from tables
     ledger._loaded = True
     table: dict = {}
     violations: list = []
@@ -216,7 +222,7 @@ def test_each_batch_seals_the_tables_the_merge_leaves(batches, retried):
 
 
 def test_a_batch_cut_after_its_violations_commit_seals_them_once_when_run_again():
-    ledger = FleetLedger(None, "unused", KEY)  # type: ignore[arg-type]
+    ledger = FleetLedger(None, "unused", KEY)  # type: ignore[arg-type] - no SparkSession: the ledger is never loaded from tables
     ledger._loaded = True
     rows = [Row(topic="s-1", session="a", chain_seal=session_row()["chain_seal"], last_offset=10, status="open")]
     added = TableSum.of([violation_member(KEY, violation_row())])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from itertools import pairwise
 
 import pandas as pd
 import pyarrow as pa
@@ -19,16 +20,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconstructor.audit.fold import ChangeFold
+from reconstructor.contract.tables import RecordKind
 from reconstructor.core.blob import read_table, to_frame
 from reconstructor.core.frames import INPUT, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
-from reconstructor.contract.tables import RecordKind
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple
 from tests.support.model import SCHEMA
 from tests.support.worker import VALUE_SCHEMA, call_group, state_tuple
 
 TOPIC, SESSION = "sensor-1", "s1"
-TS = dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.timezone.utc)
+TS = dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.UTC)
 QUARANTINE = IntegrityPolicy(OnViolation.QUARANTINE)
 EDGES = (2**63 - 1, -2**63, 2**53 + 1, -(2**53 + 1), 2**63 - 2, 2**53, 0)
 LONGS = st.one_of(st.sampled_from(EDGES), st.integers(-2**63, 2**63 - 1))
@@ -66,7 +67,7 @@ def _batches(records: list[dict], cuts: list[int]) -> list[pa.RecordBatch]:
     0, and its null mask, last)."""
     bounds = [0, *sorted({c for c in cuts if 0 < c < len(records)}), len(records)]
     return [_as_handed_over(pa.RecordBatch.from_pylist(records[a:b], schema=_ARROW))
-            for a, b in zip(bounds, bounds[1:])]
+            for a, b in pairwise(bounds)]
 
 
 def _as_handed_over(batch: pa.RecordBatch) -> pa.RecordBatch:

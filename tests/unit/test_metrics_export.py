@@ -80,7 +80,7 @@ def test_a_port_in_use_or_a_log_that_cannot_be_opened_is_a_usage_error(tmp_path)
         port = busy.getsockname()[1]
         with pytest.raises(UsageError, match=f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}"):
             MetricsExport.open("127.0.0.1", port, None)
-    with pytest.raises(UsageError, match="--metrics-log .* cannot be opened for appending"):
+    with pytest.raises(UsageError, match=r"--metrics-log .* cannot be opened for appending"):
         MetricsExport.open("127.0.0.1", None, str(tmp_path / "no-such-dir" / "m.jsonl"))
     with pytest.raises(UsageError, match="is not a port number"):
         MetricsExport.open("127.0.0.1", 70000, None)

@@ -7,9 +7,21 @@ before unreadable, so their exact text is pinned here.
 
 from __future__ import annotations
 
-from reconstructor.contract.tables import (RECORD_FIELDS, SESSION_INFO_DDL, SESSIONS_DDL, STATE_DDL, TABLES, VIOLATIONS_DDL,
-                                  RecordKind, column_names, current_rows_ddl, records_ddl, row_changes_ddl, table_path)
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import (
+    RECORD_FIELDS,
+    SESSION_INFO_DDL,
+    SESSIONS_DDL,
+    STATE_DDL,
+    TABLES,
+    VIOLATIONS_DDL,
+    RecordKind,
+    column_names,
+    current_rows_ddl,
+    records_ddl,
+    row_changes_ddl,
+    table_path,
+)
 
 SCHEMA = RowSchema.from_dict({"name": "t", "columns": [{"name": "temperature", "type": "double"},
                                                        {"name": "seen_at", "type": "timestamp"}]})

@@ -16,8 +16,7 @@ from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.state import SessionStatus
-from tests.support.model import (SCHEMA, Msg, QuarantineModel, normalise_values, split_rows, table_as_dict,
-                                 to_frame)
+from tests.support.model import SCHEMA, Msg, QuarantineModel, normalise_values, split_rows, table_as_dict, to_frame
 from tests.support.strategies import micro_batches, valid_session
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -124,7 +123,7 @@ def test_a_resync_leaves_the_session_as_a_clean_run_from_the_resync_snapshot(dat
     faulty = msgs[:fault] + msgs[fault + 1:] if fault < resync else msgs[:fault - 1] + msgs[fault:]
     faulty = [Msg(**{**vars(m), "offset": 100 + k}) for k, m in enumerate(faulty)]
     clean = [Msg(**{**vars(m), "offset": 100 + k}) for k, m in enumerate(msgs)][resync:]
-    state, log, recorded, _ = run(data.draw(micro_batches(faulty)))
+    state, log, _recorded, _ = run(data.draw(micro_batches(faulty)))
     ref, ref_log, _, violation = run([clean], policy=IntegrityPolicy())
     assert violation is None
     assert state.status == ref.status
@@ -170,7 +169,7 @@ def test_an_old_snapshot_delivered_again_never_resyncs_a_quarantined_session_to_
         Msg(4, "update", [{"id": "a", "values": a}], offset=5),
         Msg(5, "snapshot", [{"id": "a", "values": b}], offset=6)]
     for batches in ([msgs], [msgs[:4], msgs[4:]]):
-        state, log, recorded, _ = run(batches)
+        state, _log, recorded, _ = run(batches)
         assert [(r.kind, r.offset) for r in recorded] == [
             (ViolationKind.GAP, 2), (ViolationKind.SKIPPED, 3), (ViolationKind.SKIPPED, 4),
             (ViolationKind.SKIPPED, 5), (ViolationKind.SNAPSHOT_DRIFT, 6)]
@@ -179,7 +178,7 @@ def test_an_old_snapshot_delivered_again_never_resyncs_a_quarantined_session_to_
 
 
 def test_fail_mode_stops_on_the_same_stream_and_records_nothing():
-    state, log, recorded, violation = run([gap_then_resync()], policy=IntegrityPolicy())
+    _state, log, recorded, violation = run([gap_then_resync()], policy=IntegrityPolicy())
     assert violation.kind == ViolationKind.GAP and violation.offset == 2
     assert recorded == [] and log == []
 
@@ -199,7 +198,7 @@ def test_a_session_quarantined_before_anything_applied_waits_for_its_first_snaps
 def test_an_ended_session_stays_ended_and_every_later_record_is_after_end():
     msgs = [Msg(0, "snapshot", [{"id": "a", "values": {}}], offset=0), Msg(1, "end", offset=1),
             Msg(0, "snapshot", [{"id": "a", "values": {}}], offset=2), Msg(1, "update", offset=3, error="bad")]
-    state, log, recorded, _ = run([msgs])
+    state, _log, recorded, _ = run([msgs])
     assert state.status == SessionStatus.ENDED and state.last_seq == 1
     assert [(r.kind, r.offset) for r in recorded] == [(ViolationKind.AFTER_END, 2), (ViolationKind.AFTER_END, 3)]
 
@@ -231,7 +230,7 @@ def test_a_dropped_update_before_a_periodic_snapshot_is_recorded_as_drift_with_t
             Msg(1, "update", [], offset=1),  # upstream, this update changed row b; its row was lost
             Msg(2, "snapshot", [{"id": "a", "values": {"status": "ok"}},
                                 {"id": "b", "values": {"status": "warn"}}], offset=2)]
-    state, log, recorded, violation = run([msgs], policy=IntegrityPolicy())  # the default: record
+    state, _log, recorded, violation = run([msgs], policy=IntegrityPolicy())  # the default: record
     assert violation is None and state.status == SessionStatus.OPEN
     assert [(r.kind, r.offset, r.found_seq) for r in recorded] == [(ViolationKind.SNAPSHOT_DRIFT, 2, 2)]
     assert recorded[0].detail == ("snapshot differs from the table rebuilt from the updates: "

@@ -11,7 +11,7 @@ import pytest
 from reconstructor.cli.replay_plan import offsets_found, timestamp_ms
 from reconstructor.errors import ReconstructorError
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 class Found(NamedTuple):

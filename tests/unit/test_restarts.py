@@ -10,8 +10,15 @@ import pytest
 from reconstructor import settings as config
 from reconstructor.core import IntegrityViolation, ViolationKind
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError
-from reconstructor.spark.restarts import (BACKOFF_CAP, DEFAULT_RESTART_ATTEMPTS, Restarts, attempts_for, backoff,
-                                    batch_committed, transient)
+from reconstructor.spark.restarts import (
+    BACKOFF_CAP,
+    DEFAULT_RESTART_ATTEMPTS,
+    Restarts,
+    attempts_for,
+    backoff,
+    batch_committed,
+    transient,
+)
 
 SECOND = dt.timedelta(seconds=1)
 RAN = {"batchId": 7, "durationMs": {"addBatch": 120, "triggerExecution": 300}}

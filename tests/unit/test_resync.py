@@ -14,7 +14,7 @@ from reconstructor.cli import validate
 from reconstructor.core.resync import DEFAULT_RESYNC_INTERVAL, SetAside, due, requests_due
 from reconstructor.errors import UsageError
 
-NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 MINUTE = dt.timedelta(minutes=1)
 
 
@@ -63,7 +63,7 @@ def test_a_request_names_the_session_the_violation_and_the_last_applied_seq():
 def test_a_resync_topic_the_run_would_read_or_no_topic_name_is_refused():
     validate.resync_topic(None, "sensor-.*")
     validate.resync_topic("sensor-resync", "sensor-[0-9]+")
-    with pytest.raises(UsageError, match="matched by --topic-pattern 'sensor-.\\*': the run would read its own"):
+    with pytest.raises(UsageError, match=r"matched by --topic-pattern 'sensor-\.\*': the run would read its own"):
         validate.resync_topic("sensor-resync", "sensor-.*")
     with pytest.raises(UsageError, match="is not a Kafka topic name"):
         validate.resync_topic("resync requests", "sensor-.*")

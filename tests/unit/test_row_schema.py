@@ -6,8 +6,8 @@ import json
 import pytest
 
 from reconstructor.contract import tables as output
-from reconstructor.core import frames
 from reconstructor.contract.row_schema import RESERVED_NAMES, RowSchema, SchemaError
+from reconstructor.core import frames
 
 
 def _schema(*names: str) -> dict:

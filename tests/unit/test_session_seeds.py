@@ -112,7 +112,7 @@ def switches(draw):
 @given(switches())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_a_session_seeded_from_the_tables_is_judged_past_the_switch_as_without_one(case):
-    prefix, live_batches, start, timed_out, tail, tail_batches, timeouts, quarantine = case
+    prefix, live_batches, start, timed_out, _tail, tail_batches, timeouts, quarantine = case
     policy = IntegrityPolicy(OnViolation.QUARANTINE) if quarantine else IntegrityPolicy()
 
     def fn(seeds=None):

@@ -12,11 +12,11 @@ import json
 
 import pandas as pd
 
+from reconstructor.contract.tables import RecordKind
 from reconstructor.core import IntegrityViolation, ViolationKind
 from reconstructor.core.batch import process_batch
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
 from reconstructor.core.state import SessionStatus
-from reconstructor.contract.tables import RecordKind
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple, state_to_tuple
 from tests.support.groupstate import group_state as _group_state
 from tests.support.model import SCHEMA, Msg, to_frame

@@ -15,8 +15,15 @@ import pytest
 
 from reconstructor.cli import app as cli
 from reconstructor.errors import EXIT_SIGINT, EXIT_SIGTERM, StoppedBySignal
-from reconstructor.spark.restarts import (STOP_GRACE, Restarts, StopRequest, StopSignals, StopStep,
-                                         engine_ignores_sigterm, transient)
+from reconstructor.spark.restarts import (
+    STOP_GRACE,
+    Restarts,
+    StopRequest,
+    StopSignals,
+    StopStep,
+    engine_ignores_sigterm,
+    transient,
+)
 
 SECOND = dt.timedelta(seconds=1)
 RAN = {"batchId": 7, "durationMs": {"addBatch": 120, "triggerExecution": 300}}
@@ -190,7 +197,7 @@ def test_a_stop_that_leaves_a_batch_writing_says_so_and_its_lease_is_kept_not_re
     request = StopRequest(awaiting=True)
     request.receive(signal.SIGTERM, now=1.0)
     sinks = _Sinks(writing)
-    running = RunningPipeline(_Query(), sinks)  # type: ignore[arg-type]
+    running = RunningPipeline(_Query(), sinks)  # type: ignore[arg-type] - a stand-in query: the stop path alone is tested
     running.stop(within=3.0, stop=request)
     assert running.left_writing is writing and sinks.waited == [3.0]
 

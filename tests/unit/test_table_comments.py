@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment, missing_comments
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import (CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS, SESSIONS, SESSIONS_FIELDS,
-                                           TABLES, VIOLATIONS_FIELDS, column_names)
+from reconstructor.contract.tables import (
+    CURRENT_ROWS_FIELDS,
+    ROW_CHANGES_FIELDS,
+    SESSIONS,
+    SESSIONS_FIELDS,
+    TABLES,
+    VIOLATIONS_FIELDS,
+    column_names,
+)
 from reconstructor.spark.catalog import quoted, row_versions_sql
 
 SCHEMA = RowSchema.load()

@@ -4,9 +4,9 @@ named; a table that already matches needs nothing."""
 
 from __future__ import annotations
 
-from reconstructor.contract.tables import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS
-from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.evolution import TableColumn, plan_evolution, wanted_columns
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import CURRENT_ROWS_FIELDS, ROW_CHANGES_FIELDS
 
 OLD = RowSchema.from_dict({"name": "s", "columns": [{"name": "temperature", "type": "double"},
                                                     {"name": "status", "type": "string"}]})

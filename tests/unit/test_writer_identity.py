@@ -7,9 +7,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconstructor.contract.writer import (CheckpointState, TableState, batch_metadata, data_decides, last_batch,
-                                           lease_in_metadata, offsets_in_metadata, query_id_of, refusal,
-                                           takeover_refusal)
+from reconstructor.contract.writer import (
+    CheckpointState,
+    TableState,
+    batch_metadata,
+    data_decides,
+    last_batch,
+    lease_in_metadata,
+    offsets_in_metadata,
+    query_id_of,
+    refusal,
+    takeover_refusal,
+)
 from reconstructor.errors import UsageError
 from reconstructor.spark.kafka_admin import librdkafka_settings
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from reconstructor.contract.lease import FileLeaseStore, LeaseLost, WriterLease
 from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, verdict
 from reconstructor.errors import UsageError
-from reconstructor.contract.lease import FileLeaseStore, LeaseLost, WriterLease
 
 NOW = 1_800_000_000.0
 
@@ -102,7 +102,7 @@ def test_a_lease_lost_to_another_driver_is_found_by_the_renewal_and_stops_the_ne
     store, clock = FileLeaseStore(tmp_path / "writer.lease"), Clock()
     held = WriterLease(store, "run", "chk-1", ttl_s=0.4, clock=clock)
     held.acquire("out")
-    current, version = store.read()
+    _current, version = store.read()
     assert store.write(Lease("run", "chk-9", "h", 1, "thief", NOW + 999), version) is not None
     import time
 

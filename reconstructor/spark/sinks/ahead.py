@@ -17,7 +17,6 @@ from reconstructor.core.state import SessionStatus
 from reconstructor.spark.sinks.history import committed_offsets, recorded_offsets
 from reconstructor.spark.sinks.records import SESSION_INFO
 
-
 #: The statuses in the order a session passes through them at one offset (open, then timed out,
 #: then quarantined; an end is applied at its own offset).
 _STATUS_ORDER = (SessionStatus.OPEN, SessionStatus.TIMED_OUT, SessionStatus.QUARANTINED, SessionStatus.ENDED)

@@ -10,8 +10,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import (ROW_CHANGES, ROW_CHANGES_FIELDS, VIOLATION_INFO_DDL, VIOLATIONS,
-                                           VIOLATIONS_FIELDS, column_names, table_path)
+from reconstructor.contract.tables import (
+    ROW_CHANGES,
+    ROW_CHANGES_FIELDS,
+    VIOLATION_INFO_DDL,
+    VIOLATIONS,
+    VIOLATIONS_FIELDS,
+    column_names,
+    table_path,
+)
 from reconstructor.spark.sinks.idempotency import BatchTransactions
 
 #: A change's key in ``row_changes`` (``hour`` first: the table is partitioned by it).

@@ -11,8 +11,15 @@ import functools
 from dataclasses import dataclass, field
 
 from reconstructor.contract.tables import TABLES
-from reconstructor.contract.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, furthest, refusal,
-                                           takeover_refusal, with_replay)
+from reconstructor.contract.writer import (
+    REPLAYS_PROPERTY,
+    WRITER_PROPERTY,
+    TableState,
+    furthest,
+    refusal,
+    takeover_refusal,
+    with_replay,
+)
 from reconstructor.errors import UsageError
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.sinks.history import committed_offsets, writer_offsets

@@ -16,8 +16,8 @@ kept before its ``sessions`` commit returns.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import pandas as pd
 from delta.tables import DeltaTable
@@ -99,9 +99,9 @@ class FleetLedger:
             self._base_batch = _batch_of(found)
         cut = newest_fleet(self.spark, table_path(self.output, VIOLATIONS))
         if cut is not None:
-            seal = FleetSeal.from_json(cut.fleet)
-            if seal.after == self._base.mac and _batch_of(cut) is not None:
-                self._cut = (_batch_of(cut), seal)  # type: ignore[assignment]
+            seal, batch = FleetSeal.from_json(cut.fleet), _batch_of(cut)
+            if seal.after == self._base.mac and batch is not None:
+                self._cut = (batch, seal)
         self._loaded = True
 
     def seal(self, query: str, batch_id: int, sessions: Sequence[Row], violations: TableSum | None) -> FleetSeal:

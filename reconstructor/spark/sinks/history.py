@@ -3,7 +3,7 @@ checkpoint's last committed batch ended at.  The writer claim and ``ahead`` comp
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession

@@ -13,15 +13,23 @@ spares the first batch the planning of three MERGEs in a cold driver.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import (CURRENT_ROWS, CURRENT_ROWS_FIELDS, RESYNC_REQUESTED_AT, SESSION_FIELDS,
-                                           SESSION_INFO_FIELDS, SESSIONS, SESSIONS_FIELDS, SessionField,
-                                           column_names)
+from reconstructor.contract.tables import (
+    CURRENT_ROWS,
+    CURRENT_ROWS_FIELDS,
+    RESYNC_REQUESTED_AT,
+    SESSION_FIELDS,
+    SESSION_INFO_FIELDS,
+    SESSIONS,
+    SESSIONS_FIELDS,
+    SessionField,
+    column_names,
+)
 from reconstructor.contract.writer import TableState
 from reconstructor.core.state import SessionStatus
 from reconstructor.spark.sinks.ahead import AHEAD

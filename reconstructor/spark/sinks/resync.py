@@ -9,8 +9,8 @@ the batch's re-run (at least once), never not at all.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -40,7 +40,7 @@ class ResyncRequests:
 
     def send(self, txn: BatchTransactions, batch: DataFrame, now: dt.datetime | None = None) -> int:
         """The batch's requests, produced and then recorded in ``sessions``; how many were sent."""
-        now = now or dt.datetime.now(dt.timezone.utc)
+        now = now or dt.datetime.now(dt.UTC)
         due = requests_due(self._set_aside(txn, batch), now, self.interval)
         if not due:
             return 0
@@ -92,4 +92,4 @@ class ResyncRequests:
 def _time(micros: int | None) -> dt.datetime | None:
     if micros is None:
         return None
-    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)

@@ -7,8 +7,8 @@ only as text).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from reconstructor.core.violations import IntegrityViolation
 from reconstructor.errors import IntegrityViolationError, RunAgain

@@ -14,11 +14,21 @@ from pyspark.util import inheritable_thread_target
 
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import (CURRENT_ROWS, ROW_CHANGES, SESSIONS, SESSIONS_DDL, STATS_COLUMNS,
-                                           STATS_PROPERTY, TABLES, VIOLATIONS, VIOLATIONS_DDL, current_rows_ddl,
-                                           row_changes_ddl, table_path)
-from reconstructor.contract.writer import (REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, data_decides,
-                                           replays_of)
+from reconstructor.contract.tables import (
+    CURRENT_ROWS,
+    ROW_CHANGES,
+    SESSIONS,
+    SESSIONS_DDL,
+    STATS_COLUMNS,
+    STATS_PROPERTY,
+    TABLES,
+    VIOLATIONS,
+    VIOLATIONS_DDL,
+    current_rows_ddl,
+    row_changes_ddl,
+    table_path,
+)
+from reconstructor.contract.writer import REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, data_decides, replays_of
 from reconstructor.errors import ReconstructorError, error_line
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.transactions import side_by_side
@@ -83,7 +93,7 @@ class OutputTables:
             return
         try:
             self._creating.result()
-        except Exception as exc:  # noqa: BLE001 - any failure here is the output's
+        except Exception as exc:  # any failure here is the output's
             raise ReconstructorError(
                 f"cannot create the output tables under {self.output}: {error_line(exc)}") from exc
 
@@ -101,7 +111,7 @@ class OutputTables:
         no replay wrote, the case of every run after a writer's first."""
         try:
             found = side_by_side(self.spark, *[functools.partial(self._state, name, query_id) for name in TABLES])
-        except Exception as exc:  # noqa: BLE001 - any failure here is the output's
+        except Exception as exc:  # any failure here is the output's
             raise ReconstructorError(
                 f"cannot read the output tables under {self.output}: {error_line(exc)}") from exc
         return [state for state in found if state is not None]

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # How many batches' phase timings a run keeps (``DeltaSinks.timings``).
 TIMINGS_KEPT = 100
