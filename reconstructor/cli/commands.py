@@ -54,16 +54,16 @@ def _spark(cfg: Settings, app: str, signals: StopSignals | None = None):
 
 def _validated_stream(cfg: Settings) -> None:
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
-    validate.topic_pattern(cfg.topic_pattern)
+    validate.topic_pattern(cfg.need("topic_pattern"))
     validate.resync_topic(cfg.resync_topic, cfg.topic_pattern)
     validate.kafka_options(cfg.kafka)
     validate.starting_offsets(cfg.starting_offsets)
     validate.state_outlasts_timeout(cfg.state_retention, cfg.session_timeout)
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
     validate.row_schema(cfg.row_schema)
-    validate.output_creatable(cfg.output)
-    validate.local_output_writable(cfg.output)
-    validate.local_output_writable(cfg.checkpoint, "--checkpoint")
+    validate.output_creatable(cfg.need("output"))
+    validate.local_output_writable(cfg.need("output"))
+    validate.local_output_writable(cfg.need("checkpoint"), "--checkpoint")
 
 
 def _stream(cfg: Settings, app: str, progress=None, *, replay: bool = False,
@@ -84,9 +84,9 @@ def _stream_into(cfg: Settings, app: str, progress, metrics: MetricsExport | Non
     """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
     after a transient failure (the checks before Spark starts run once: a restart only starts).
     SIGINT and SIGTERM (``signals``) stop it, never to restart (``StopRequest``)."""
-    validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
+    validate.broker_reachable(cfg.need("bootstrap_servers"), cfg.kafka)
     if not replay:  # a replay never sends requests
-        validate.resync_topic_exists(cfg.bootstrap_servers, cfg.kafka, cfg.resync_topic)
+        validate.resync_topic_exists(cfg.need("bootstrap_servers"), cfg.kafka, cfg.resync_topic)
     lease = _writer_lease(cfg, "replay" if replay else "run", cfg.checkpoint)
     try:
         _output_chain_key(cfg)
@@ -102,7 +102,7 @@ def _writer_lease(cfg: Settings, command: str, checkpoint: str | None, store=Non
     output's); None on a file system that keeps none, with a warning."""
     from reconstructor.contract.lease import WriterLease, lease_store
 
-    store = store or lease_store(cfg.output, cfg.s3)
+    store = store or lease_store(cfg.need("output"), cfg.s3)
     if store is None:
         print(f"reconstructor: warning: no writer lease on {cfg.output} (one is kept on s3a://, s3:// and "
               f"local outputs): make sure no other driver writes it", file=sys.stderr, flush=True)
@@ -110,7 +110,7 @@ def _writer_lease(cfg: Settings, command: str, checkpoint: str | None, store=Non
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
     lease = WriterLease(store, command, checkpoint, cfg.lease_ttl.total_seconds())
     try:
-        lease.acquire(cfg.output)
+        lease.acquire(cfg.need("output"))
     except ReconstructorError as exc:
         raise explain(exc, cfg) from None
     return lease
@@ -122,13 +122,13 @@ def _output_chain_key(cfg: Settings) -> None:
     lease is held, so a storage failure has been named by then and no writer changes the log."""
     from reconstructor.audit.key_check import checked_outputs, require_output_key
 
-    if not checked_outputs(cfg.output):
+    if not checked_outputs(cfg.need("output")):
         return
     from reconstructor.audit.delta_tables import OutputTables
     from reconstructor.core.chain import ChainKey
 
     try:
-        require_output_key(OutputTables(cfg.output, cfg.s3), ChainKey(cfg.chain_key))
+        require_output_key(OutputTables(cfg.need("output"), cfg.s3), ChainKey(cfg.chain_key))
     except UsageError:
         raise
     except Exception as exc:  # one line naming the output, however delta-rs failed
@@ -260,11 +260,11 @@ def _run_summary(spark, cfg: Settings, batches) -> str:
 
     batches = list(batches)
     set_aside, drifts = sum(b.set_aside for b in batches), sum(b.drifts for b in batches)
-    now = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
+    now = (spark.read.format("delta").load(table_path(cfg.need("output"), SESSIONS))
            .filter(f"status = '{SessionStatus.QUARANTINED.value}'").count())
     return (f"quarantine: {_count(now, 'session')} quarantined now; this run set aside "
             f"{_count(set_aside, 'record')} and recorded {_count(drifts, 'snapshot drift')} in "
-            f"{table_path(cfg.output, VIOLATIONS)}")
+            f"{table_path(cfg.need('output'), VIOLATIONS)}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def replay(args) -> int:
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
     seeds = None  # the sessions a replay from the last snapshots starts from the tables (core.seed)
     if args.from_offsets:
-        offsets = validate.offsets_within(validate.starting_offsets(args.from_offsets), cfg.topic_pattern)
+        offsets = validate.offsets_within(validate.starting_offsets(args.from_offsets), cfg.need("topic_pattern"))
     elif args.from_timestamp:
         offsets = replay_plan.offsets_for_timestamp(cfg, args.from_timestamp)
     else:
@@ -329,7 +329,7 @@ def compact(args) -> int:
     from reconstructor.spark.compaction import Compactor
     from reconstructor.spark.compaction_mark import CompactionMark
 
-    store = lease_store(cfg.output, cfg.s3)
+    store = lease_store(cfg.need("output"), cfg.s3)
     if store is not None:
         validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
         try:
@@ -343,14 +343,14 @@ def compact(args) -> int:
     lease = _writer_lease(cfg, "compact", None, store)
     try:
         spark = _spark(cfg, "reconstructor-compact")
-        compactor = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
+        compactor = Compactor(spark, cfg.need("output"), grace_s=cfg.compact_grace.total_seconds(),
                               retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1),
                               min_files=args.min_files, lease_check=lease.check if lease is not None else None)
         if not compactor.tables():  # a scheduled compact before the first run
             print(f"nothing to compact: the output {cfg.output} holds no tables yet")
             return 0
         report = compactor.run()
-        CompactionMark(spark, cfg.output).record(dt.datetime.now(dt.UTC))  # runs need not repeat it
+        CompactionMark(spark, cfg.need("output")).record(dt.datetime.now(dt.UTC))  # runs need not repeat it
     finally:
         if lease is not None:
             lease.release()
@@ -366,7 +366,7 @@ def state(args) -> int:
     from reconstructor.spark.state_reader import read_session_state
 
     spark = _spark(cfg, "reconstructor-state")
-    found = read_session_state(spark, cfg.checkpoint, args.topic, args.session, schema)
+    found = read_session_state(spark, cfg.need("checkpoint"), args.topic, args.session, schema)
     if found is None:
         raise ReconstructorError(f"no state for session {args.session!r} of topic {args.topic!r} "
                                  f"in {cfg.checkpoint}")
@@ -392,7 +392,7 @@ def verify(args) -> int:
     from reconstructor.errors import DiscrepancyError
 
     started = time.monotonic()
-    tables = OutputTables(cfg.output, cfg.s3)
+    tables = OutputTables(cfg.need("output"), cfg.s3)
     key = ChainKey(cfg.chain_key)
     sessions, violations = tables.read(SESSIONS), tables.read(VIOLATIONS)
     # Of each table, only what the fleet seal covers (``Verification`` reads the rows again by topic).
@@ -409,7 +409,7 @@ def verify(args) -> int:
     found = check.finish(tables.read(CURRENT_ROWS))
     if found is not None:
         raise DiscrepancyError(found.line())
-    print("\n".join(check.summary.lines(cfg.output, time.monotonic() - started)))
+    print("\n".join(check.summary.lines(cfg.need("output"), time.monotonic() - started)))
     return 0
 
 
@@ -428,7 +428,7 @@ def asof(args) -> int:
     from reconstructor.audit.fold import ChangeFold, changes_up_to, last_digest, row_columns
     from reconstructor.contract.tables import ROW_CHANGES, SESSIONS
 
-    tables = OutputTables(cfg.output, cfg.s3)
+    tables = OutputTables(cfg.need("output"), cfg.s3)
     changes = tables.session_rows(ROW_CHANGES, args.topic, args.session)
     if not changes.num_rows and not tables.session_rows(SESSIONS, args.topic, args.session).num_rows:
         raise ReconstructorError(f"no session {args.session!r} of topic {args.topic!r} in {cfg.output}")

@@ -86,7 +86,7 @@ def plan_from_last_snapshot(spark, cfg: Settings) -> tuple[str, SessionSeeds]:
     try:
         earliest = spark.createDataFrame([(t, int(p), o) for t, ps in starts.items() for p, o in ps.items()],
                                          "topic STRING, partition INT, earliest BIGINT")
-        rows = (spark.read.format("delta").load(table_path(cfg.output, SESSIONS))
+        rows = (spark.read.format("delta").load(table_path(cfg.need("output"), SESSIONS))
                 .where(f"status = '{SessionStatus.OPEN.value}'").join(earliest, ["topic", "partition"])
                 .where("snapshot_offset >= earliest").groupBy("topic", "partition")
                 .agg({"snapshot_offset": "min"}).collect())
@@ -95,7 +95,7 @@ def plan_from_last_snapshot(spark, cfg: Settings) -> tuple[str, SessionSeeds]:
                                  f"{error_line(exc)}") from None
     for r in rows:
         starts[r["topic"]][str(r["partition"])] = int(r["min(snapshot_offset)"])
-    seeds = read_session_seeds(spark, cfg.output, starts, cfg.state_retention, RowSchema.load(cfg.row_schema))
+    seeds = read_session_seeds(spark, cfg.need("output"), starts, cfg.state_retention, RowSchema.load(cfg.row_schema))
     return json.dumps(starts, sort_keys=True), seeds
 
 
@@ -123,7 +123,7 @@ def earliest_offsets(cfg: Settings, found: dict[str, list[int]]) -> dict[str, di
 def partitions(cfg: Settings) -> dict[str, list[int]]:
     """The partitions of each topic that matches ``cfg.topic_pattern``, from the broker."""
     settings = librdkafka_settings(cfg.kafka)  # the stream's security, before any connection
-    validate.broker_reachable(cfg.bootstrap_servers, cfg.kafka)
+    validate.broker_reachable(cfg.need("bootstrap_servers"), cfg.kafka)
     pattern = re.compile(f"^(?:{cfg.topic_pattern})$")
-    meta = broker_metadata(cfg.bootstrap_servers, 10, settings)
+    meta = broker_metadata(cfg.need("bootstrap_servers"), 10, settings)
     return {t: sorted(tm.partitions) for t, tm in meta.topics.items() if pattern.match(t)}

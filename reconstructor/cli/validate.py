@@ -11,11 +11,12 @@ from pathlib import Path
 from reconstructor.cli.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
 from reconstructor.contract.row_schema import RowSchema, SchemaError
 from reconstructor.errors import UsageError
-from reconstructor.settings import SAFE_VACUUM_RETENTION, duration_text
+from reconstructor.settings import SAFE_VACUUM_RETENTION, Needed, Settings, duration_text
 from reconstructor.spark.kafka_admin import SecurityRefused, broker_metadata, librdkafka_settings
 
 
-def require(cfg, *names: str) -> None:
+def require(cfg: Settings, *names: Needed) -> None:
+    """Every one of ``names`` set, or one line naming the missing flags."""
     missing = [n for n in names if getattr(cfg, n) in (None, "")]
     if missing:
         flags = ", ".join("--" + n.replace("_", "-") for n in missing)

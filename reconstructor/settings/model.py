@@ -13,12 +13,13 @@ import datetime as dt
 import enum
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.resync import DEFAULT_RESYNC_INTERVAL
+from reconstructor.errors import UsageError
 from reconstructor.settings.durations import AVAILABLE_NOW, SAFE_VACUUM_RETENTION, Duration, Trigger, duration_text
 from reconstructor.settings.secrets import redact
 
@@ -68,6 +69,10 @@ class S3Settings(BaseModel):
     access_key: str | None = setting(None, "access key id (a secret)", secret=True)
     secret_key: str | None = setting(None, "secret access key (a secret)", secret=True)
     path_style: bool = setting(False, "path-style requests (an endpoint without virtual hosts)")
+
+
+#: The settings that some commands cannot run without (see ``Settings.need``).
+Needed = Literal["bootstrap_servers", "topic_pattern", "output", "checkpoint"]
 
 
 class Settings(BaseModel):
@@ -185,6 +190,14 @@ class Settings(BaseModel):
 
     def policy(self) -> IntegrityPolicy:
         return IntegrityPolicy(self.on_violation, self.on_drift)
+
+    def need(self, name: Needed) -> str:
+        """A place the command cannot run without: the setting's value, or a ``UsageError`` naming
+        its flag, its variable and the config file (the commands check theirs before they start)."""
+        value = getattr(self, name)
+        if not value:
+            raise UsageError(f"missing --{name.replace('_', '-')} (or set it in --config / RECON_{name.upper()})")
+        return str(value)
 
     def redacted(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in type(self).model_fields}

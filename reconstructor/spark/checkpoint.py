@@ -5,12 +5,13 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from reconstructor.contract.writer import OUTPUT_FILE, CheckpointState, last_batch, query_id_of
+from reconstructor.spark.jvm_gateway import jvm_of
 
 
 def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
     """The query id Spark keeps in ``metadata`` and the last batch in ``commits/``, without
     starting a query (a new or absent checkpoint has neither)."""
-    jvm = spark.sparkContext._jvm
+    jvm = jvm_of(spark)
     Path = jvm.org.apache.hadoop.fs.Path
     root = Path(location)
     fs = root.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
@@ -29,7 +30,7 @@ def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
 
 def last_batch_in(spark: SparkSession, location: str, log: str) -> int | None:
     """The newest batch id in one of the checkpoint's logs (``commits``, ``offsets``), else None."""
-    jvm = spark.sparkContext._jvm
+    jvm = jvm_of(spark)
     folder = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), log)
     fs = folder.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
     if not fs.exists(folder):
@@ -47,7 +48,7 @@ def record_output(spark: SparkSession, checkpoint: CheckpointState, output: str)
 def read_checkpoint_file(spark: SparkSession, location: str, relative: str) -> str | None:
     """The text of ``location/relative`` in a checkpoint (``offsets/7``, ``sources/0/0``), None
     when it is absent."""
-    jvm = spark.sparkContext._jvm
+    jvm = jvm_of(spark)
     path = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), relative)
     fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
     if not fs.exists(path):
@@ -64,7 +65,7 @@ def write_checkpoint_file(spark: SparkSession, location: str, relative: str, tex
     own checkpoint files (``CheckpointFileManager.createAtomic``): a crash leaves the old file or
     the new one, never half of one.  (The reconstructor's own files, beside Spark's, which Spark
     ignores.)"""
-    jvm = spark.sparkContext._jvm
+    jvm = jvm_of(spark)
     path = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), relative)
     manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
         path.getParent(), spark._jsparkSession.sessionState().newHadoopConf())

@@ -14,6 +14,7 @@ import logging
 from pyspark.sql import SparkSession
 
 from reconstructor.contract.tables import COMPACTION_MARK
+from reconstructor.spark.jvm_gateway import jvm_of
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ class CompactionMark:
         self.location = f"{output.rstrip('/')}/{COMPACTION_MARK}"
 
     def _path(self):
-        jvm = self.spark.sparkContext._jvm
+        jvm = jvm_of(self.spark)
         path = jvm.org.apache.hadoop.fs.Path(self.location)
         return path, path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
 
@@ -37,7 +38,7 @@ class CompactionMark:
                 return None
             stream = fs.open(path)
             try:
-                text = self.spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+                text = jvm_of(self.spark).org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
             finally:
                 stream.close()
             return dt.datetime.fromisoformat(json.loads(text)["at"].replace("Z", "+00:00"))

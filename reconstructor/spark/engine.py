@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from reconstructor.settings import S3Settings
 from reconstructor.spark.class_archive import class_archive, with_class_archive
+from reconstructor.spark.jvm_gateway import jvm_of
 
 
 def s3a_conf(s3: S3Settings) -> dict[str, str]:
@@ -93,7 +94,7 @@ def delta_on_classpath(spark: SparkSession) -> bool:
     Databricks and EMR provide them with no jars folder)."""
     from py4j.java_gateway import JavaClass
 
-    return isinstance(spark.sparkContext._jvm.io.delta.tables.DeltaTable, JavaClass)
+    return isinstance(jvm_of(spark).io.delta.tables.DeltaTable, JavaClass)
 
 
 def spark_settings(master: str | None, *, s3: S3Settings | None = None,

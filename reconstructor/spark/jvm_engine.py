@@ -26,6 +26,7 @@ from reconstructor.core.seed import NO_SEEDS, SessionSeeds
 from reconstructor.core.timestamps import RFC3339_PATTERN
 from reconstructor.errors import UsageError
 from reconstructor.spark.engine import PROJECT_JAR
+from reconstructor.spark.jvm_gateway import jvm_of
 from reconstructor.spark.parse import TS_RANGE_TEXT, TS_RANGE_US
 
 #: The engine jar's file name in the Spark jars folder, and the version of it this code speaks to.
@@ -75,7 +76,7 @@ def reconstruct_jvm(records: DataFrame, schema: RowSchema, *, session_timeout_ms
 
 def _engine_class(spark):
     """The engine's entry point in the driver's JVM; a clear error when its jar is not there."""
-    jvm = spark.sparkContext._jvm
+    jvm = jvm_of(spark)
     try:
         version = jvm.reconstructor.jvm.Engine.VERSION
     except Exception:  # noqa: BLE001 - py4j names a missing class in several ways

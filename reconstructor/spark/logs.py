@@ -31,6 +31,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from reconstructor.spark.jvm_gateway import jvm_of
+
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # The level the properties file reads, so one file serves both ``-v`` and the default.
@@ -129,7 +131,7 @@ def set_engine_level(spark, verbose: bool) -> None:
     if server is not None:
         server.handle_error = lambda request, client_address: None
     try:
-        jvm = spark.sparkContext._jvm
+        jvm = jvm_of(spark)
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             QUERY_LOGGER, jvm.org.apache.logging.log4j.Level.OFF)
     except Exception:  # noqa: BLE001 - not classic Spark (Connect): leave its logging alone

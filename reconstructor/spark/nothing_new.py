@@ -29,6 +29,7 @@ from reconstructor.core.data_loss import offsets_from_log
 from reconstructor.settings import Settings
 from reconstructor.spark.checkpoint import checkpoint_state, last_batch_in, read_checkpoint_file, write_checkpoint_file
 from reconstructor.spark.compaction_mark import CompactionMark
+from reconstructor.spark.jvm_gateway import jvm_of
 from reconstructor.spark.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.spark.source import anchored
 
@@ -52,13 +53,13 @@ def fingerprint(cfg: Settings, command: str) -> str:
 
 def record_start(spark: SparkSession, cfg: Settings, command: str) -> None:
     """After a start did its work: record what it acted on, so that a later run may end early."""
-    write_checkpoint_file(spark, cfg.checkpoint, START_FILE,
+    write_checkpoint_file(spark, cfg.need("checkpoint"), START_FILE,
                           json.dumps({"fingerprint": fingerprint(cfg, command)}) + "\n")
 
 
 def nothing_new(spark: SparkSession, cfg: Settings, now) -> str | None:
     """The line to end a ``run`` with when its query would run no batch, else None."""
-    if cfg.trigger.continuous or not checked_outputs(cfg.output):
+    if cfg.trigger.continuous or not checked_outputs(cfg.need("output")):
         return None
     try:
         return _nothing_new(spark, cfg, now)
@@ -68,23 +69,23 @@ def nothing_new(spark: SparkSession, cfg: Settings, now) -> str | None:
 
 
 def _nothing_new(spark: SparkSession, cfg: Settings, now) -> str | None:
-    recorded = read_checkpoint_file(spark, cfg.checkpoint, START_FILE)
+    recorded = read_checkpoint_file(spark, cfg.need("checkpoint"), START_FILE)
     if recorded is None or json.loads(recorded).get("fingerprint") != fingerprint(cfg, "run"):
         return None
     if cfg.compact_every is not None:
-        last = CompactionMark(spark, cfg.output).last()
+        last = CompactionMark(spark, cfg.need("output")).last()
         if last is None or wait_before_compaction(last, now, cfg.compact_every).total_seconds() <= 0:
             return None
-    checkpoint = checkpoint_state(spark, cfg.checkpoint)
-    planned = last_batch_in(spark, cfg.checkpoint, "offsets")
+    checkpoint = checkpoint_state(spark, cfg.need("checkpoint"))
+    planned = last_batch_in(spark, cfg.need("checkpoint"), "offsets")
     if checkpoint.last_committed is None or planned != checkpoint.last_committed:
         return None
-    text = read_checkpoint_file(spark, cfg.checkpoint, f"offsets/{planned}")
+    text = read_checkpoint_file(spark, cfg.need("checkpoint"), f"offsets/{planned}")
     ended_at = offsets_from_log(text) if text else None
     if ended_at is None or not caught_up(planned, checkpoint.last_committed, ended_at,
                                          _kafka_ends(spark, cfg, set(ended_at))):
         return None
-    tables = OutputTables(cfg.output, cfg.s3)
+    tables = OutputTables(cfg.need("output"), cfg.s3)
     if any(tables.properties(name).get(WRITER_PROPERTY) != checkpoint.query_id for name in TABLES):
         return None  # another writer's tables, or a takeover: the start's checks decide
     return f"nothing new in Kafka since batch {planned}: no micro-batch to run"
@@ -93,9 +94,9 @@ def _nothing_new(spark: SparkSession, cfg: Settings, now) -> str | None:
 def _kafka_ends(spark: SparkSession, cfg: Settings, known: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """The end offset (read_committed) of every partition the pattern matches, by Java's regex as
     Spark's source matches it, and of every partition in ``known``."""
-    client = admin_client(cfg.bootstrap_servers, **librdkafka_settings(cfg.kafka))
+    client = admin_client(cfg.need("bootstrap_servers"), **librdkafka_settings(cfg.kafka))
     metadata = client.list_topics(timeout=30)
-    pattern = spark.sparkContext._jvm.java.util.regex.Pattern.compile(anchored(cfg.topic_pattern))
+    pattern = jvm_of(spark).java.util.regex.Pattern.compile(anchored(cfg.need("topic_pattern")))
     wanted = set(known)
     for name, topic in metadata.topics.items():
         if topic.error is None and pattern.matcher(name).matches():

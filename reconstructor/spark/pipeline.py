@@ -30,6 +30,7 @@ from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 from reconstructor.spark.engines import parse_for, reconstruct_with, record_engine, refuse_other_engine
 from reconstructor.spark.evolution import evolve_tables
+from reconstructor.spark.jvm_gateway import jvm_of
 from reconstructor.spark.nothing_new import record_start
 from reconstructor.spark.restarts import STOP_TIMEOUT, StopRequest, StopStep
 from reconstructor.spark.seal_rows import seal_sessions
@@ -42,7 +43,7 @@ from reconstructor.spark.source import kafka_stream
 def _seal_existing_rows(spark: SparkSession, cfg: Settings) -> None:
     """A keyed output's ``sessions`` rows from before it was sealed take their seals, once."""
     if cfg.chain_key:
-        sealed = seal_sessions(spark, cfg.output, ChainKey(cfg.chain_key))
+        sealed = seal_sessions(spark, cfg.need("output"), ChainKey(cfg.chain_key))
         if sealed:
             logging.getLogger(__name__).info("sealed %d sessions rows written before the output was sealed", sealed)
 
@@ -184,7 +185,7 @@ def _mute_engine(spark) -> None:
     stack traces) though the run's line says it all; unless ``-v``, the driver JVM says nothing more."""
     if logging.getLogger().isEnabledFor(logging.INFO):  # -v
         return
-    jvm = spark.sparkContext._jvm
+    jvm = jvm_of(spark)
     jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels(
         "", jvm.org.apache.logging.log4j.Level.OFF)
     jvm.java.lang.System.setErr(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
@@ -225,32 +226,33 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     schema = RowSchema.load(cfg.row_schema)
     policy = cfg.policy()
     # Quarantine mode goes on past a DATA_LOSS: the losses recorded so far reach the state function.
-    registry = LossRegistry(spark, cfg.checkpoint) if policy.quarantine else None
-    sinks = DeltaSinks(spark, cfg.output, schema, replay=replay, on_counts=on_counts,
-                       loss_check=KafkaLossCheck(spark, cfg.checkpoint, cfg.output, cfg.bootstrap_servers,
-                                                 cfg.kafka),
+    registry = LossRegistry(spark, cfg.need("checkpoint")) if policy.quarantine else None
+    sinks = DeltaSinks(spark, cfg.need("output"), schema, replay=replay, on_counts=on_counts,
+                       loss_check=KafkaLossCheck(spark, cfg.need("checkpoint"), cfg.need("output"),
+                                                 cfg.need("bootstrap_servers"), cfg.kafka),
                        loss_registry=registry, lease_check=lease_check, lease_token=lease_token,
                        chain_key=ChainKey(cfg.chain_key) if cfg.chain_key else None,
                        resync=None if replay or not cfg.resync_topic else ResyncRequests(
-                           spark, cfg.resync_topic, cfg.bootstrap_servers, cfg.resync_interval, dict(cfg.kafka)))
+                           spark, cfg.resync_topic, cfg.need("bootstrap_servers"), cfg.resync_interval,
+                           dict(cfg.kafka)))
     # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
-    checkpoint = checkpoint_state(spark, cfg.checkpoint)
+    checkpoint = checkpoint_state(spark, cfg.need("checkpoint"))
     sinks.check_writer(checkpoint)
     refuse_other_engine(spark, checkpoint, cfg.engine)
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
-    evolve_tables(spark, cfg.output, schema)
+    evolve_tables(spark, cfg.need("output"), schema)
     _seal_existing_rows(spark, cfg)
     sinks.start_creating_tables()
     if cfg.catalog:  # the names need the tables: created (or found) first
         sinks.await_tables()
         _catalog(spark, cfg, schema, replay)
     if replay:  # in its own checkpoint only now, once the checks let it write there
-        keep_seeds(spark, cfg.checkpoint, session_seeds or NO_SEEDS)
+        keep_seeds(spark, cfg.need("checkpoint"), session_seeds or NO_SEEDS)
     else:
-        session_seeds = kept_seeds(spark, cfg.checkpoint)
+        session_seeds = kept_seeds(spark, cfg.need("checkpoint"))
     out = _reconstructed(spark, cfg, schema, registry, replay, session_seeds)
     record_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
-    record_output(spark, checkpoint, cfg.output)
+    record_output(spark, checkpoint, cfg.need("output"))
     writer = _writer(out, sinks, cfg, query_name)
     background = _compactor(spark, cfg, vacuum_in_stream, lease_check)
     query = _start(spark, writer, cfg)
@@ -270,8 +272,8 @@ def _catalog(spark: SparkSession, cfg: Settings, schema: RowSchema, replay: bool
     """``--catalog``: the writer documents tables an earlier release created, then every driver
     registers the names (a replay into a new output too, with ``--catalog-replace``)."""
     if not replay:
-        comment_tables(spark, cfg.output, schema)
-    for name in register_tables(spark, cfg.catalog, cfg.output, schema, replace=cfg.catalog_replace):
+        comment_tables(spark, cfg.need("output"), schema)
+    for name in register_tables(spark, cfg.catalog, cfg.need("output"), schema, replace=cfg.catalog_replace):
         print(f"reconstructor: registered {name} in the catalog", file=sys.stderr, flush=True)
 
 
@@ -281,8 +283,8 @@ def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, regist
     policy = cfg.policy()
     raw = kafka_stream(
         spark,
-        bootstrap_servers=cfg.bootstrap_servers,
-        topic_pattern=cfg.topic_pattern,
+        bootstrap_servers=cfg.need("bootstrap_servers"),
+        topic_pattern=cfg.need("topic_pattern"),
         starting_offsets=cfg.starting_offsets,
         max_offsets_per_trigger=cfg.max_offsets_per_trigger,
         kafka_options=dict(cfg.kafka),
@@ -295,7 +297,8 @@ def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, regist
                             policy=policy,
                             losses=registry.by_partition() if registry is not None else None,
                             chain_key=cfg.chain_key,
-                            chain_seeds=chain_seeds(spark, cfg.output, cfg.topic_pattern) if replay else None,
+                            chain_seeds=(chain_seeds(spark, cfg.need("output"), cfg.need("topic_pattern"))
+                                            if replay else None),
                             session_seeds=session_seeds or None)
 
 
@@ -317,10 +320,10 @@ def _compactor(spark: SparkSession, cfg: Settings, vacuum: bool, lease_check=Non
     """The in-stream compactor, when ``compact_every`` is set, under the writer lease's check."""
     if cfg.compact_every is None:
         return None
-    compactor = Compactor(spark, cfg.output, grace_s=cfg.compact_grace.total_seconds(),
+    compactor = Compactor(spark, cfg.need("output"), grace_s=cfg.compact_grace.total_seconds(),
                           retention_hours=cfg.vacuum_retention / dt.timedelta(hours=1), lease_check=lease_check)
     return BackgroundCompactor(compactor, cfg.compact_every.total_seconds(), vacuum=vacuum,
-                               mark=CompactionMark(spark, cfg.output))
+                               mark=CompactionMark(spark, cfg.need("output")))
 
 
 def _start(spark: SparkSession, writer, cfg: Settings) -> StreamingQuery:
