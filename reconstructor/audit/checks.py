@@ -332,7 +332,7 @@ class Verification:
                 self._check_row_position(key, s, rid, held[rid], folded[rid])
 
     @staticmethod
-    def _check_row_position(key, s: _Session, rid: str, held: dict, last) -> None:
+    def _check_row_position(key: tuple[str, str], s: _Session, rid: str, held: dict, last) -> None:
         """A live row's ``seq`` and ``offset`` are its last change's; a row brought back when its
         timed-out session resumed carries the session's last record before the timeout instead,
         which lies after that change and at or before the session's last."""
@@ -360,8 +360,8 @@ class Verification:
             if v["kind"] != SKIPPED:
                 continue
             key = (v["topic"], v["session"])
-            s = self._sessions.get(key)
-            if s is not None and s.status == SessionStatus.QUARANTINED.value:
+            held = self._sessions.get(key)
+            if held is not None and held.status == SessionStatus.QUARANTINED.value:
                 continue
             if not any(c["partition"] != v["partition"] or c["offset"] < v["offset"]
                        for c in self._causes.get(key, ())):

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, verdict
@@ -89,7 +89,7 @@ class S3LeaseStore:
     def write(self, lease: Lease, version: str | None) -> str | None:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        condition: dict[str, Any] = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
         try:
             put = self._client.put_object(Bucket=self.bucket, Key=self.key, Body=lease.to_json().encode(),
                                           ContentType="application/json", **condition)
@@ -115,8 +115,9 @@ class S3LeaseStore:
         ignored = []
         try:
             self._client.put_object(Bucket=self.bucket, Key=key, Body=b"1", IfNoneMatch="*")
-            for header, condition in (("If-None-Match", {"IfNoneMatch": "*"}),
-                                      ("If-Match", {"IfMatch": '"not-its-etag"'})):
+            conditions: tuple[tuple[str, dict[str, Any]], ...] = (
+                ("If-None-Match", {"IfNoneMatch": "*"}), ("If-Match", {"IfMatch": '"not-its-etag"'}))
+            for header, condition in conditions:
                 try:
                     self._client.put_object(Bucket=self.bucket, Key=key, Body=b"2", **condition)
                     ignored.append(header)
@@ -233,12 +234,13 @@ class WriterLease:
             current, version = self.store.read()
             unchanged = watch.see(version, self.monotonic())
             found = verdict(current, self.me, self.clock(), unchanged, self.ttl_s, watch.renewed)
+            holder = current.describe() if current is not None else "no one"  # a lease to wait for is held
             if found == LeaseVerdict.REFUSE:
-                raise UsageError(f"the output {output} is being written by {current.describe()}: one writing "
+                raise UsageError(f"the output {output} is being written by {holder}: one writing "
                                  f"driver at a time; stop it, or wait for its lease to expire")
             if found in (LeaseVerdict.WAIT, LeaseVerdict.WATCH):
                 if said != found:
-                    self._say(f"the output {output} is leased to {current.describe()}: " + (
+                    self._say(f"the output {output} is leased to {holder}: " + (
                         "waiting for it to end or its lease to expire" if found == LeaseVerdict.WAIT else
                         f"watching its lease, which must stay unrenewed for {self.ttl_s:g}s before it is taken"))
                     said = found

@@ -198,15 +198,21 @@ VIOLATION_INFO_DDL = ("kind STRING, topic STRING, partition INT, offset BIGINT, 
 
 def ddl(fields, schema: RowSchema | None = None) -> str:
     """The Spark SQL DDL of a field list (``schema`` fills in ``ROW_VALUES``)."""
-    return ", ".join(schema.spark_ddl() if field is ROW_VALUES else f"{field[0]} {field[1]}"
+    return ", ".join(_row_schema(schema).spark_ddl() if field is ROW_VALUES else f"{field[0]} {field[1]}"
                      for field in fields)
+
+
+def _row_schema(schema: RowSchema | None) -> RowSchema:
+    if schema is None:
+        raise TypeError("a field list with the row values needs the row schema")
+    return schema
 
 
 def column_names(fields, schema: RowSchema | None = None) -> list[str]:
     """The column names of a field list (``schema`` fills in ``ROW_VALUES``)."""
     names: list[str] = []
     for field in fields:
-        names += schema.names if field is ROW_VALUES else [field[0]]
+        names += _row_schema(schema).names if field is ROW_VALUES else [field[0]]
     return names
 
 

@@ -179,7 +179,9 @@ def fleet_in_metadata(text: str | None) -> FleetRecord | None:
     """The fleet seal a commit's ``userMetadata`` records, else None."""
     try:
         record = json.loads(text) if text else None
-        fleet = record.get(FLEET_METADATA_KEY) if isinstance(record, dict) else None
+        if not isinstance(record, dict):
+            return None
+        fleet = record.get(FLEET_METADATA_KEY)
         if not isinstance(fleet, dict):
             return None
         batch = record.get(BATCH_METADATA_KEY)

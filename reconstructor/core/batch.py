@@ -88,12 +88,13 @@ def apply_in_kafka_order(topic: str, session: str | None, df: pd.DataFrame, stat
         return BatchResult(columns_of(empty_changes(schema)), state, recorded=unnamed_records(topic, df))
     recorded: list[IntegrityViolation] = []
     pieces: list[pd.DataFrame] = []
-    current, rest, skipped = state, df, 0
-    while True:
+    current, skipped = state, 0
+    rest: pd.DataFrame | None = df
+    while rest is not None:
         if current is not None and current.status == SessionStatus.QUARANTINED:
             rest, current, aside = await_resync(topic, session, rest, current, schema)
             recorded += aside
-            if rest is None:
+            if rest is None:  # the rest awaits the session's snapshot
                 break
         step = _valid_prefix(topic, session, rest, current, schema, await_snapshot, policy)
         if step.changes is not None:
@@ -113,6 +114,8 @@ def apply_in_kafka_order(topic: str, session: str | None, df: pd.DataFrame, stat
         recorded.append(v)
         current = quarantine(current, v, schema)
         rest = step.rest
+        if rest is None:
+            break
         if not resyncs_at_once(rest, v, current):
             rest = rest[(rest["partition"] != v.partition) | (rest["offset"] != v.offset)]
         if rest.empty:
@@ -167,8 +170,8 @@ def _valid_prefix(topic: str, session: str | None, df: pd.DataFrame, state: Sess
         first_seq=_first(state and state.first_seq, int(valid["seq"].iloc[0])),
         last_seq=int(last["seq"]),
         last_offset=int(last["offset"]),
-        snapshot_seq=int(snaps["seq"].iloc[-1]) if len(snaps) else state.snapshot_seq,
-        snapshot_offset=int(snaps["offset"].iloc[-1]) if len(snaps) else state.snapshot_offset,
+        snapshot_seq=int(snaps["seq"].iloc[-1]) if len(snaps) else state.snapshot_seq if state else None,
+        snapshot_offset=int(snaps["offset"].iloc[-1]) if len(snaps) else state.snapshot_offset if state else None,
         started_ts=_first(state and state.started_ts, _ts(valid["event_ts"].iloc[0])),
         last_event_ts=_ts(last["event_ts"]),
         stored=table,
@@ -262,7 +265,10 @@ def _update_run(cols: dict, state: SessionState | None) -> _UpdateRun | None:
     msg_seqs = seqs[first_row]
     if not np.array_equal(seqs, msg_seqs[np.searchsorted(msg_offsets, offsets)]):
         return None  # rows of one message disagree on its seq
-    if (np.diff(msg_seqs) != 1).any() or (state is not None and int(msg_seqs[0]) - state.last_seq != 1):
+    last_seq = state.last_seq if state is not None else None
+    if state is not None and last_seq is None:
+        return None  # a session set aside before any message applied: the general path resyncs it
+    if (np.diff(msg_seqs) != 1).any() or (last_seq is not None and int(msg_seqs[0]) - last_seq != 1):
         return None  # a gap, a duplicate or a swap (Python ints: a seq may be the largest long)
     types = cols["type"].to_numpy()
     is_update = types == "update"

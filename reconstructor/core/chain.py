@@ -112,6 +112,8 @@ def jcs_number(x: float) -> str:
     sign = "-" if x < 0 else ""
     d = Decimal(repr(abs(x))).normalize()
     _, digit_tuple, exp = d.as_tuple()
+    if not isinstance(exp, int):  # 'n', 'N', 'F': NaN and infinities, refused before this
+        raise ValueError(f"not a finite number: {x!r}")
     digits = "".join(map(str, digit_tuple))
     k, n = len(digits), len(digits) + exp  # x = 0.d1d2...dk * 10**n
     if k <= n <= 21:

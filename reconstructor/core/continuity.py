@@ -36,7 +36,7 @@ class Continuity:
     violation: IntegrityViolation | None
 
 
-def check_continuity(topic: str, session: str, df: pd.DataFrame, state: SessionState | None,
+def check_continuity(topic: str, session: str | None, df: pd.DataFrame, state: SessionState | None,
                      await_snapshot: bool) -> Continuity:
     """The messages of ``df`` (one row per message row, not empty) in Kafka order, where the checks
     start, where the valid prefix ends and the violation there."""
@@ -107,7 +107,7 @@ def _first_break(m: _Messages, state: SessionState | None, skipped: int) -> tupl
     """
     steps = np.diff(m.seqs[skipped:]) != 1
     seq_bad = np.flatnonzero(steps) + skipped + 1
-    if state is not None and m.n and int(m.seqs[0]) - state.last_seq != 1:
+    if state is not None and state.last_seq is not None and m.n and int(m.seqs[0]) - state.last_seq != 1:
         seq_bad = np.concatenate([[0], seq_bad])
     ends = np.flatnonzero(m.types[skipped:] == "end") + skipped
     after_end = ends[:1] + 1 if state is None or state.status != SessionStatus.ENDED else np.array([0])
@@ -121,6 +121,7 @@ def _broken_rule(m: _Messages, state: SessionState | None, topic: str, skipped: 
     """The violation at ``cut``, named by the first rule it breaks, in the order the rules are
     checked (a malformed record, a record after the end, a moved partition, then the seq): its
     kind, the seq expected there and what was wrong."""
+    previous: int | None
     if cut > skipped:
         previous = int(m.seqs[cut - 1])
     else:
@@ -136,6 +137,8 @@ def _broken_rule(m: _Messages, state: SessionState | None, topic: str, skipped: 
         moved_to = int(m.msgs["partition"].iloc[cut])
         return ViolationKind.PARTITION_MOVED, expected, (
             f"session was on {topic}[{m.partition}] and shows up on {topic}[{moved_to}]")
+    if expected is None:  # a seq rule is broken only after a seq: one of the rules above was
+        raise ValueError(f"no rule broken at {topic}[{m.partition}] record {cut}")
     if found < expected:
         return ViolationKind.DUPLICATE, expected, f"seq {found} was already seen (last applied seq {previous})"
     return ViolationKind.GAP, expected, f"missing seq {expected}..{found - 1}"
@@ -189,6 +192,6 @@ def kafka_order(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFr
     return msgs, detail
 
 
-def _violation(kind: ViolationKind, topic: str, session: str, row, expected, detail: str):
+def _violation(kind: ViolationKind, topic: str, session: str | None, row, expected, detail: str):
     return IntegrityViolation(kind, topic, int_or_none(row["partition"]), int_or_none(row["offset"]),
                               session, expected, int_or_none(row["seq"]), detail)

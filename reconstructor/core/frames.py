@@ -111,7 +111,8 @@ def canonical(s: pd.Series, col_type: str) -> pd.Series | None:
         nulls = pd.isna(values)
         if not nulls.any() or all(v is None for v in values[nulls]):
             return None  # strings and None already
-    return s.astype(object).where(s.notna(), None)  # strings, with None (not NaN) for a null
+    # strings, with None (not NaN) for a null
+    return s.astype(object).where(s.notna(), None)  # type: ignore[call-overload]  # pandas-stubs' `other` leaves out None, which pandas takes
 
 
 def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = TIME_COLUMNS) -> pd.DataFrame:

@@ -32,6 +32,13 @@ class _Reader:
         self.at += struct.calcsize(fmt)
         return value
 
+    def name(self) -> str:
+        """A column name or a row id: a string that is never null."""
+        text = self.string()
+        if text is None:
+            raise ValueError("a JVM blob holds a null column name or row id")
+        return text
+
     def string(self) -> str | None:
         n = self._take(">i")
         if n < 0:
@@ -62,10 +69,11 @@ def read_table(blob: bytes, schema: RowSchema) -> pa.Table:
     gives the Python engine's: a column the blob lacks is null, one ``schema`` lacks is dropped."""
     r = _Reader(bytes(blob))
     r.string()  # the chain head
-    stored = [(r.string(), _TYPES[r._take(">b")]) for _ in range(r._take(">i"))]
-    ids, columns = [], {name: [] for name, _ in stored}
+    stored = [(r.name(), _TYPES[r._take(">b")]) for _ in range(r._take(">i"))]
+    ids: list[str] = []
+    columns: dict[str, list[object]] = {name: [] for name, _ in stored}
     for _ in range(r._take(">i")):
-        ids.append(r.string())
+        ids.append(r.name())
         for name, kind in stored:
             columns[name].append(r.value(kind))
     target = schema.arrow_schema()

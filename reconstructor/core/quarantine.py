@@ -35,12 +35,14 @@ def quarantine(state: SessionState | None, v: IntegrityViolation, schema: RowSch
     when nothing of it ever applied)."""
     if state is not None:
         return replace(state, status=SessionStatus.QUARANTINED)
+    if v.partition is None:  # a record's violation names its partition; a data loss sets no state aside
+        raise ValueError(f"a {v.kind.value} with no partition sets no session aside")
     return SessionState(partition=int(v.partition), status=SessionStatus.QUARANTINED, first_seq=None,
                         last_seq=None, last_offset=None, snapshot_seq=None, snapshot_offset=None,
                         started_ts=None, last_event_ts=None, stored=empty_table(schema).copy())
 
 
-def await_resync(topic: str, session: str, df: pd.DataFrame, state: SessionState, schema: RowSchema,
+def await_resync(topic: str, session: str | None, df: pd.DataFrame, state: SessionState, schema: RowSchema,
                  ) -> tuple[pd.DataFrame | None, SessionState, list[IntegrityViolation]]:
     """Set aside a quarantined session's records up to its next well-formed snapshot on its
     partition: (the rows from that snapshot on, or None; the state to check them against; the
@@ -81,7 +83,7 @@ def _first_resync(df: pd.DataFrame, msgs: pd.DataFrame, bad: pd.Series, state: S
     return len(msgs)
 
 
-def set_aside(topic: str, session: str, df: pd.DataFrame | None, state: SessionState,
+def set_aside(topic: str, session: str | None, df: pd.DataFrame | None, state: SessionState,
               kind: ViolationKind, detail: str) -> list[IntegrityViolation]:
     """Every record of ``df`` recorded as ``kind`` with ``detail``, in Kafka order."""
     if df is None or df.empty:

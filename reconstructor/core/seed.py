@@ -86,8 +86,8 @@ class SessionSeed:
         status = SessionStatus(row["status"])
         rows = () if status == SessionStatus.ENDED else tuple(
             (rid, tuple(_plain(v) for v in values)) for rid, values in sorted(table.items()))
-        return cls(**{k: _int(row[k]) for k in _SCALARS}, status=status, chain_head=row.get("chain_head"),
-                   expires_ms=int(expires_ms), rows=rows)
+        return cls(int(row["partition"]), status, **{k: _int(row[k]) for k in _SCALARS[1:]},
+                   chain_head=row.get("chain_head"), expires_ms=int(expires_ms), rows=rows)
 
     def to_dict(self) -> dict:
         return {**{k: getattr(self, k) for k in _SCALARS}, "status": self.status.value,

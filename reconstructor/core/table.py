@@ -48,7 +48,7 @@ class RecordFinding:
         return cls(kind, int_or_none(record["partition"]), int_or_none(record["offset"]),
                    int_or_none(record["seq"]), detail)
 
-    def violation(self, topic: str, session: str) -> IntegrityViolation:
+    def violation(self, topic: str, session: str | None) -> IntegrityViolation:
         return IntegrityViolation(self.kind, topic, self.partition, self.offset, session,
                                   self.seq, self.seq, self.detail)
 
@@ -200,7 +200,8 @@ def rows_back(columns: dict, state: SessionState, resumed_from: SessionState, sc
     back["row_id"] = np.asarray(kept.index, dtype=object)
     back = back.assign(partition=resumed_from.partition, offset=resumed_from.last_offset,
                        seq=resumed_from.last_seq, type="update", row_pos=-1, op="upsert",
-                       event_ts=resumed_from.last_event_ts, kafka_ts=pd.NaT)
+                       event_ts=resumed_from.last_event_ts,
+                       kafka_ts=pd.NaT)  # type: ignore[arg-type]  # pandas-stubs leave NaT out of assign's scalars
     frame = pd.concat([pd.DataFrame(columns, copy=False), back[list(CHANGE) + schema.names]],
                       ignore_index=True)
     return columns_of(_int_columns(coerce_times(coerce_columns(frame, schema))))

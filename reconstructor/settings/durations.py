@@ -20,6 +20,7 @@ class Duration(dt.timedelta):
     way the operator wrote it."""
 
     __slots__ = ("text",)
+    text: str
     _UNITS: ClassVar[dict[str, dt.timedelta]] = {
               "ms": dt.timedelta(milliseconds=1), "millisecond": dt.timedelta(milliseconds=1),
               "s": dt.timedelta(seconds=1), "sec": dt.timedelta(seconds=1),
@@ -33,7 +34,7 @@ class Duration(dt.timedelta):
         # The unit as written first ("ms"), then without a plural "s" ("seconds", "mins").
         unit = m and next((u for u in (m.group(2).lower(), m.group(2).lower().removesuffix("s"))
                            if u in cls._UNITS), None)
-        if unit is None:
+        if m is None or unit is None:
             raise ValueError(f"not a duration: {text!r} (use e.g. '30 seconds', '10 minutes', '1 hour')")
         # Whole milliseconds, the finest unit the settings are used in.
         ms = float(m.group(1)) * (cls._UNITS[unit] / dt.timedelta(milliseconds=1))

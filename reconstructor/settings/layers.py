@@ -84,8 +84,8 @@ def _from_env(env: Mapping[str, str]) -> dict:
             data[scalar_names[name]] = value
         elif name in s3_names:
             data.setdefault("s3", {})[s3_names[name]] = value
-        elif _KAFKA_ENV.match(name):
-            data.setdefault("kafka", {})[_KAFKA_ENV.match(name).group(1).lower().replace("_", ".")] = value
+        elif kafka := _KAFKA_ENV.match(name):
+            data.setdefault("kafka", {})[kafka.group(1).lower().replace("_", ".")] = value
         elif name not in OTHER_VARIABLES:
             raise UsageError(f"environment: unknown setting {name} (the RECON_* variables are the "
                              f"settings' names, e.g. RECON_TOPIC_PATTERN; see the README's configuration)")

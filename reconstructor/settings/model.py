@@ -44,9 +44,10 @@ def setting(default: Any, help: str, *, flag: str | None = None, commands: tuple
     commands that take it (none: file and environment only); ``shown``: the default as the help and
     the README say it, when the value alone does not; ``zero``: whether zero means something (a
     zero grace, no restart) rather than a typo; ``help_for``: a command's own wording."""
-    return Field(default, description=help, json_schema_extra={
+    extra: dict[str, Any] = {
         "flag": flag, "commands": commands, "metavar": metavar, "shown": shown, "zero": zero,
-        "help_for": help_for or {}, "secret": secret})
+        "help_for": help_for or {}, "secret": secret}
+    return Field(default, description=help, json_schema_extra=extra)
 
 
 class StatefulEngine(str, enum.Enum):
@@ -227,7 +228,8 @@ SCALAR_SETTINGS = tuple(name for name in Settings.model_fields if name not in TA
 
 def declaration(name: str, model: type[BaseModel] = Settings) -> dict[str, Any]:
     """A setting's declared metadata (see ``setting``)."""
-    return model.model_fields[name].json_schema_extra or {}
+    extra = model.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
 
 
 def flag_of(name: str) -> str:

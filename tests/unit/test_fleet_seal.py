@@ -195,7 +195,7 @@ session_records = st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 6),
 def test_each_batch_seals_the_tables_the_merge_leaves(batches, retried):
     """Whatever the batches (records behind the table included) and wherever one is run again
     after its commits landed, the seal matches what the MERGE and the appends leave."""
-    ledger = FleetLedger(None, "unused", KEY)  # type: ignore[arg-type] - no SparkSession: the ledger is never loaded from tables
+    ledger = FleetLedger(None, "unused", KEY)  # type: ignore[arg-type]  # no SparkSession: the ledger is never loaded from tables
     ledger._loaded = True
     table: dict = {}
     violations: list = []
@@ -222,7 +222,7 @@ def test_each_batch_seals_the_tables_the_merge_leaves(batches, retried):
 
 
 def test_a_batch_cut_after_its_violations_commit_seals_them_once_when_run_again():
-    ledger = FleetLedger(None, "unused", KEY)  # type: ignore[arg-type] - no SparkSession: the ledger is never loaded from tables
+    ledger = FleetLedger(None, "unused", KEY)  # type: ignore[arg-type]  # no SparkSession: the ledger is never loaded from tables
     ledger._loaded = True
     rows = [Row(topic="s-1", session="a", chain_seal=session_row()["chain_seal"], last_offset=10, status="open")]
     added = TableSum.of([violation_member(KEY, violation_row())])

@@ -197,7 +197,7 @@ def test_a_stop_that_leaves_a_batch_writing_says_so_and_its_lease_is_kept_not_re
     request = StopRequest(awaiting=True)
     request.receive(signal.SIGTERM, now=1.0)
     sinks = _Sinks(writing)
-    running = RunningPipeline(_Query(), sinks)  # type: ignore[arg-type] - a stand-in query: the stop path alone is tested
+    running = RunningPipeline(_Query(), sinks)  # type: ignore[arg-type]  # a stand-in query: the stop path alone is tested
     running.stop(within=3.0, stop=request)
     assert running.left_writing is writing and sinks.waited == [3.0]
 
