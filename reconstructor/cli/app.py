@@ -39,9 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os._exit(stopped.exit_code)
         return stopped.exit_code
     except KeyboardInterrupt:  # Ctrl-C where no handler of a run took it
-        stopped = StoppedBySignal(signal.SIGINT, "interrupted before it finished")
-        print(f"reconstructor: {stopped}", file=sys.stderr, flush=True)
-        return stopped.exit_code
+        interrupted = StoppedBySignal(signal.SIGINT, "interrupted before it finished")
+        print(f"reconstructor: {interrupted}", file=sys.stderr, flush=True)
+        return interrupted.exit_code
     except BrokenPipeError:  # the reader went away (`... | head`): nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return EXIT_OK

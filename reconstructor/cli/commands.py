@@ -438,7 +438,7 @@ def asof(args) -> int:
     table = fold.frame(args.topic, args.session)
     seqs = applied["seq"].to_pylist()
     info = {"topic": args.topic, "session": args.session,
-            "as_of": f"seq {args.seq}" if args.seq is not None else at.isoformat(),
+            "as_of": f"seq {args.seq}" if args.seq is not None or at is None else at.isoformat(),
             "last_seq": max(seqs) if seqs else None, "row_count": len(table),
             "chain_digest": last_digest(applied)}
     _print_table(info, table, args.format)

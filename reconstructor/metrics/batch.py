@@ -96,7 +96,7 @@ class BatchMetrics:
 
     def to_json(self) -> dict:
         """The JSON log's record: lag as ``{"topic": {"partition": offsets}}`` like Kafka offsets."""
-        lag = None
+        lag: dict[str, dict[str, int]] | None = None
         if self.kafka_lag is not None:
             lag = {}
             for (topic, part), value in sorted(self.kafka_lag.items()):

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import IO
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
@@ -32,7 +33,7 @@ class MetricsExport:
         self.totals = RunTotals()
         self.address: tuple[str, int] | None = None
         self._log = log
-        self._server = None
+        self._server: WSGIServer | None = None
         self._counts: dict[int, BatchCounts] = {}
         self._reported: dict[str, int] = {}  # per query run, the last batch reported
         self._lock = threading.Lock()
@@ -57,12 +58,14 @@ class MetricsExport:
         export = cls(log)
         if port is not None:
             try:
-                export._server, _ = start_http_server(port, addr=host, registry=export.registry)
+                server, _ = start_http_server(port, addr=host, registry=export.registry)
             except OSError as exc:
                 export.close()
                 raise UsageError(f"--metrics-port {port}: cannot listen on {host}:{port}: "
                                  f"{exc.strerror or exc}") from None
-            export.address = export._server.server_address[:2]
+            export._server = server
+            bound_host, bound_port = server.server_address[:2]
+            export.address = (str(bound_host), int(bound_port))
         return export
 
     def count(self, batch_id: int, counts: BatchCounts) -> None:

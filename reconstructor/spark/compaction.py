@@ -227,7 +227,8 @@ class BackgroundCompactor:
             # The stream committed to the same table meanwhile (its first batch records its writer
             # on every table's properties): Delta asks for a retry, which finds the work left.
             log.info("compaction met a concurrent commit, retrying: %s", error_head(error))
-        log.warning("compaction failed, will retry: %s", error_head(error))
+        if error is not None:
+            log.warning("compaction failed, will retry: %s", error_head(error))
 
     def _attempt(self) -> Exception | None:
         """One compaction run; its failure, if any (a failed compaction is never fatal)."""

@@ -58,13 +58,14 @@ class KafkaLossCheck:
         self._admin = None
         self._recorded_ids: dict[str, str] | None = None
         self._seen_ids: dict[str, str] | None = None  # at the last check
-        self._last_end: tuple[int, dict] | None = None  # the last checked batch's end offsets
+        self._last_end: tuple[int, dict | None] | None = None  # the last checked batch's end offsets
         self.reread: list[tuple[str, int]] = []
         #: The checked batch's end offsets (None when its offset log is not one this check knows).
         self.batch_end: dict | None = None
 
     def __call__(self, batch_id: int) -> list[DataLoss]:
         end = self._offsets(f"offsets/{batch_id}")
+        start: dict | None
         if self._last_end is not None and self._last_end[0] == batch_id - 1:
             start = self._last_end[1]  # an offset-log entry never changes once written: read it once
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -77,8 +78,9 @@ def librdkafka_settings(kafka_options: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def admin_client(bootstrap: str, **conf):
-    return AdminClient({"bootstrap.servers": bootstrap, "logger": _Silent(), **conf})
+def admin_client(bootstrap: str, **conf: Any) -> AdminClient:
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _Silent(), **conf}
+    return AdminClient(settings)
 
 
 class SecurityRefused(KafkaException):

@@ -45,7 +45,7 @@ START_STEPS = 1
 def fingerprint(cfg: Settings, command: str) -> str:
     """The fingerprint of what a start of ``command`` acts on with ``cfg`` (no secret in it)."""
     return start_fingerprint({
-        "steps": START_STEPS, "command": command, "engine": str(cfg.engine), "output": cfg.output.rstrip("/"),
+        "steps": START_STEPS, "command": command, "engine": str(cfg.engine), "output": cfg.need("output").rstrip("/"),
         "row_schema": RowSchema.load(cfg.row_schema).spark_ddl(), "catalog": cfg.catalog,
         "catalog_replace": cfg.catalog_replace, "keyed": cfg.chain_key is not None,
     })

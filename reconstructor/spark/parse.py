@@ -115,9 +115,13 @@ def _has(var: str, name: str) -> Column:
 
 
 def _fast_or_checked(fast: str, checked: str | Column, name: str | None = None) -> Column:
-    """The fast path's value for a vouched message, the checked path's otherwise."""
+    """The fast path's value for a vouched message, the checked path's otherwise (``name``: the
+    column's name, which a ``checked`` column name gives by default)."""
     checked_col = F.col(checked) if isinstance(checked, str) else checked
-    return F.when(F.col("msg_ok"), F.expr(fast)).otherwise(checked_col).alias(name or checked)
+    alias = name if name is not None else checked
+    if not isinstance(alias, str):
+        raise TypeError("a checked value given as a Column needs its name")
+    return F.when(F.col("msg_ok"), F.expr(fast)).otherwise(checked_col).alias(alias)
 
 
 def _typed_value(col) -> str:
@@ -168,7 +172,10 @@ def _interpreted(col: Column) -> Column:
 # Why a message row is malformed, in the order both paths check it; each reason goes on from
 # ``rows[<row_pos>``.  The checked path runs every check, the fast path only those its shape cannot
 # rule out (``_vouched_row_error``): each with conditions of its own, both with these words.
-_ROW_REASONS = {
+#: A check's key: its name, or (``type`` or ``range``, a column's name).
+CheckKey = str | tuple[str, str]
+
+_ROW_REASONS: dict[CheckKey, str] = {
     "not_object": "'] is not an object'",
     "unknown_field": "concat('] has unknown field ', unknown_row_field)",
     "id": "'].id must be a non-empty string'",
@@ -179,7 +186,7 @@ _ROW_REASONS = {
 }
 
 
-def _row_reasons(schema: RowSchema, json_type, value_json, value_text) -> dict:
+def _row_reasons(schema: RowSchema, json_type, value_json, value_text) -> dict[CheckKey, str]:
     """``_ROW_REASONS`` then, for each column, its value's wrong JSON type and a time outside the
     range (keys ``("type", name)``, ``("range", name)``).  How a path reads a column: its JSON type
     (``json_type(name)``), its value as JSON (``value_json``), a time's text (``value_text``)."""
@@ -292,7 +299,7 @@ def _vouched(schema: RowSchema) -> Column:
 def _vouched_row_error(schema: RowSchema) -> Column:
     """A vouched message's row error, from its ``typed_row``: the checks its shape cannot rule out."""
     op = "try_variant_get(typed_row.op, '$', 'string')"
-    conditions = {
+    conditions: dict[CheckKey, str] = {
         "not_object": "typed_row IS NULL",
         "id": "typed_row.id IS NULL OR typed_row.id = ''",
         "op": f"typed_row.op IS NOT NULL AND coalesce({op} NOT IN ('upsert', 'delete'), true)",
@@ -457,10 +464,10 @@ def _row_values(env: DataFrame, schema: RowSchema) -> DataFrame:
     )
 
 
-def _checked_row_conditions(schema: RowSchema) -> dict:
+def _checked_row_conditions(schema: RowSchema) -> dict[CheckKey, str]:
     """The checked path's condition for each of ``_row_reasons``' checks, on ``_row_values``'
     columns (the fast path's own are ``_vouched_row_error``'s)."""
-    conditions = {
+    conditions: dict[CheckKey, str] = {
         "not_object": "row_fields IS NULL",
         "unknown_field": "unknown_row_field IS NOT NULL",
         "id": "json_type_id IS DISTINCT FROM 'STRING' OR row_id = ''",

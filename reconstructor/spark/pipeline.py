@@ -93,7 +93,7 @@ class RunningPipeline:
                     if on_progress is not None:
                         on_progress(progress)
 
-            while not query.awaitTermination(poll_s):
+            while not query.awaitTermination(poll_s):  # type: ignore[arg-type]  # pyspark takes float seconds, typed int
                 report(self.last_progress())
                 if stop is not None and stop.requested:
                     raise self._stop_on(stop, report)
@@ -133,7 +133,7 @@ class RunningPipeline:
                                   time.monotonic())
             if step is not StopStep.WAIT:
                 break
-            if self.query.awaitTermination(0.1):
+            if self.query.awaitTermination(0.1):  # type: ignore[arg-type]  # pyspark takes float seconds, typed int
                 step = StopStep.STOP
                 break
         abandoned = step is StopStep.ABANDON
@@ -176,7 +176,7 @@ class RunningPipeline:
         return progress_dict(self.query.lastProgress)
 
     def recent_progress(self) -> list[dict]:
-        return [progress_dict(p) for p in self.query.recentProgress]
+        return [d for p in self.query.recentProgress if (d := progress_dict(p)) is not None]
 
 
 def _mute_engine(spark) -> None:
@@ -271,6 +271,8 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
 def _catalog(spark: SparkSession, cfg: Settings, schema: RowSchema, replay: bool) -> None:
     """``--catalog``: the writer documents tables an earlier release created, then every driver
     registers the names (a replay into a new output too, with ``--catalog-replace``)."""
+    if cfg.catalog is None:
+        return
     if not replay:
         comment_tables(spark, cfg.need("output"), schema)
     for name in register_tables(spark, cfg.catalog, cfg.need("output"), schema, replace=cfg.catalog_replace):
@@ -313,6 +315,8 @@ def _writer(out: DataFrame, sinks: DeltaSinks, cfg: Settings, query_name: str | 
         return writer.trigger(availableNow=True)
     if cfg.trigger.once:
         return writer.trigger(once=True)
+    if cfg.trigger.interval is None:
+        raise ValueError(f"trigger {cfg.trigger} is neither once, available-now nor an interval")
     return writer.trigger(processingTime=f"{_ms(cfg.trigger.interval)} milliseconds")
 
 
@@ -334,7 +338,7 @@ def _start(spark: SparkSession, writer, cfg: Settings) -> StreamingQuery:
     # timeouts still fire in every batch that has data. The query copies this SparkSession setting
     # when it starts, so it is restored right after.
     key = "spark.sql.streaming.noDataMicroBatches.enabled"
-    previous = spark.conf.get(key, "true")
+    previous = spark.conf.get(key, "true") or "true"
     spark.conf.set(key, "false")
     try:
         return writer.start()

@@ -74,7 +74,7 @@ def backoff(attempt: int, first: dt.timedelta, cap: dt.timedelta = BACKOFF_CAP) 
 def batch_committed(progress: dict | None) -> bool:
     """Whether a progress report is of a batch that ran (and so committed), not an idle trigger's:
     only a batch that ran reports the time it spent adding its output."""
-    return bool(progress) and "addBatch" in (progress.get("durationMs") or {})
+    return progress is not None and "addBatch" in (progress.get("durationMs") or {})
 
 
 def seconds_text(delay: dt.timedelta) -> str:
@@ -148,12 +148,12 @@ class StopRequest:
         return not self.awaiting
 
     def progressed(self, progress: dict | None) -> None:
-        if batch_committed(progress):
+        if progress is not None and batch_committed(progress):
             self.last_batch = progress.get("batchId")
 
     def waits(self, in_flight: bool, now: float, grace: dt.timedelta = STOP_GRACE) -> bool:
         """Whether the run still waits for its batch in flight before it stops the query."""
-        return (in_flight and self.requested and not self.at_once
+        return (in_flight and self.requested and not self.at_once and self.received_at is not None
                 and now - self.received_at < grace.total_seconds())
 
     def next_step(self, at_signal: int | None, progress: dict | None, trigger_active: bool, now: float,
@@ -176,6 +176,8 @@ class StopRequest:
         return f"{done}; the batch in flight was abandoned {why} and the next run runs it again"
 
     def stopped(self, abandoned: bool = False) -> StoppedBySignal:
+        if self.signum is None:
+            raise RuntimeError("the run was not asked to stop")
         return StoppedBySignal(self.signum, self.where(abandoned), abandoned)
 
 

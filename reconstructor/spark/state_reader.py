@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import SESSION_FIELDS, STATE_FIELDS
@@ -28,7 +29,8 @@ def read_session_state(spark: SparkSession, checkpoint: str, topic: str, session
     spark.streams.active  # noqa: B018 - the property is read for its side effect
     states = spark.read.format("statestore").load(checkpoint)
     value = states.schema["value"].dataType
-    fields = "value.groupState" if "groupState" in value.fieldNames() else "value"
+    grouped = isinstance(value, StructType) and "groupState" in value.fieldNames()
+    fields = "value.groupState" if grouped else "value"
     rows = (states.where((F.col("key.topic") == topic) & (F.col("key.group_session") == session))
             .select(*[F.col(f"{fields}.{f.name}").alias(f.name) for f in STATE_FIELDS])
             .collect())

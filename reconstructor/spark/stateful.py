@@ -171,11 +171,12 @@ class SessionReconstructor:
                 self._arm_timeout(state, previous.status, has_table=state.get[_AT["table"]] is not None)
             return
         new = result.state
-        link = self.chain_seeds.get((topic, session, new.first_seq)) if known is None and self.chain_seeds else None
+        link = (self.chain_seeds.get((topic, session, new.first_seq))
+                if known is None and self.chain_seeds and new.first_seq is not None else None)
         prevs, digests, head = chain_session(topic, session, result.columns, known, link, new.first_seq,
                                              self.row_types, self.chain_key)
-        head = None if head == CHAIN_START else head
-        state.update(state_to_tuple(new, self.schema, head))
+        stored_head = None if head == CHAIN_START else head
+        state.update(state_to_tuple(new, self.schema, stored_head))
         self._arm_timeout(state, new.status, has_table=True)
         changes, current = result.columns, 0
         if (previous is not None and previous.status == SessionStatus.TIMED_OUT
@@ -186,7 +187,7 @@ class SessionReconstructor:
             prevs, digests = (np.concatenate([a, np.full(current, None, dtype=object)]) for a in (prevs, digests))
         changes = {**changes, "chain_prev": prevs, "chain_digest": digests}
         yield self._group_frame(topic, session, changes, new, new.status, row_count=new.row_count,
-                                current=current, head=head)
+                                current=current, head=stored_head)
 
     def _seed(self, topic: str, session: str | None, state: GroupState) -> SessionSeed | None:
         """The seed a session with no state starts from (``core.seed``), while it applies."""

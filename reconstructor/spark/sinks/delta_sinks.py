@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -32,6 +33,9 @@ from reconstructor.spark.sinks.stops import BatchStops
 from reconstructor.spark.sinks.tables import OutputTables
 from reconstructor.spark.sinks.timings import BatchTimings, keep
 
+if TYPE_CHECKING:
+    from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
+
 # current_rows and sessions are MERGEd every batch; bin-pack them between batches this often.
 LIVE_COMPACTION_EVERY = 50
 
@@ -51,8 +55,8 @@ class DeltaSinks:
     #: Told each written batch's counts (``reconstructor.metrics.batch``), from the same aggregation.
     on_counts: Callable[[int, BatchCounts], None] | None = None
     #: The checks before each batch writes (``stops.BatchStops`` says what each is).
-    loss_check: Callable[[int], list] | None = None
-    loss_registry: object | None = None
+    loss_check: KafkaLossCheck | None = None
+    loss_registry: LossRegistry | None = None
     lease_check: Callable[[], None] | None = None
     #: The token of the writer lease the batches are written under, recorded in each commit.
     lease_token: str | None = None
@@ -180,7 +184,7 @@ class DeltaSinks:
 
     def _fleet_seal(self, batch_id: int, stats: Row, violations: DataFrame | None) -> dict | None:
         """The batch's fleet seal on a keyed output (else None), before anything is written."""
-        if self._fleet is None:
+        if self._fleet is None or self.chain_key is None:
             return None
         self._fleet.load()
         added = (violations_sum(new_violations(self.spark, self.output, violations, self.replay),

@@ -47,7 +47,8 @@ def violations_sum(rows: DataFrame, key: ChainKey) -> TableSum:
     def members(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         total = TableSum()
         for frame in frames:
-            for row in frame.astype(object).where(frame.notna(), None).to_dict("records"):
+            plain = frame.astype(object).where(frame.notna(), None)  # type: ignore[call-overload]  # pandas-stubs' `other` leaves out None
+            for row in plain.to_dict("records"):
                 total = total.add(violation_member(key, row))
         yield pd.DataFrame({"rows": [total.rows], "total": [total.hex]})
 
@@ -111,7 +112,8 @@ class FleetLedger:
         batch = (query, batch_id)
         if batch == self._base_batch:
             return self._base  # its sessions commit landed: Delta skips its writes
-        total, moved = self._base.sessions, {}
+        total = self._base.sessions
+        moved: dict[tuple[str, str], tuple] = {}  # the sessions this batch moves, as ``_rows`` holds them
         for r in sessions:
             key = (r.topic, r.session)
             member, point = session_member(r.chain_seal), history_point(r.last_offset, r.status)

@@ -102,7 +102,7 @@ def _merge_current_rows(txn: BatchTransactions, schema: RowSchema, current: Data
     # offset (a session lives in one partition).
     cols = column_names(CURRENT_ROWS_FIELDS, schema)
     source = _current_rows_source(schema, current)
-    assign = {c: f"source.`{c}`" for c in cols}
+    assign: dict[str, str | Column] = {c: f"source.`{c}`" for c in cols}
     (txn.target(CURRENT_ROWS).alias("target").merge(
         source.alias("source"),
         "target.topic = source.topic AND target.session = source.session AND target.row_id = source.row_id")
@@ -148,7 +148,8 @@ def _sessions_source(sessions: DataFrame) -> DataFrame:
 def _merge_sessions(txn: BatchTransactions, sessions: DataFrame) -> None:
     source = _sessions_source(sessions)
     # The last request's time is the resync requests' own (``resync``): a session record keeps it.
-    assign = {c: f"source.`{c}`" for c in column_names(SESSIONS_FIELDS) if c != RESYNC_REQUESTED_AT}
+    assign: dict[str, str | Column] = {c: f"source.`{c}`" for c in column_names(SESSIONS_FIELDS)
+                                       if c != RESYNC_REQUESTED_AT}
     (txn.target(SESSIONS).alias("target")
      .merge(source.alias("source"), "target.topic = source.topic AND target.session = source.session")
      .whenMatchedUpdate(condition=AHEAD, set=assign)

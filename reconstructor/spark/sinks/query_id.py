@@ -30,7 +30,7 @@ class QueryId:
         # The id is handed over through an event rather than read from the checkpoint's metadata
         # file before start: a new checkpoint has no such file until the query starts, and Spark's
         # own StreamingQuery.id is the same for local and s3a:// checkpoints with no extra read.
-        if not self._started.wait(QUERY_ID_WAIT_S):
+        if not self._started.wait(QUERY_ID_WAIT_S) or self._id is None:
             raise ReconstructorError("the streaming query started writing before it had an id")
         return self._id
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from reconstructor.core.violations import IntegrityViolation
 from reconstructor.errors import IntegrityViolationError, RunAgain
+
+if TYPE_CHECKING:
+    from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
 
 
 @dataclass
@@ -20,10 +24,10 @@ class BatchStops:
 
     #: Asked, once a batch's records were fetched, which records never processed are gone from
     #: Kafka (``reconstructor.spark.data_loss``); the first one stops the batch before it writes.
-    loss_check: Callable[[int], list] | None = None
+    loss_check: KafkaLossCheck | None = None
     #: Quarantine mode: where the losses the run goes on past are kept (``LossRegistry``); in fail
     #: mode (None) a loss stops the run.
-    loss_registry: object | None = None
+    loss_registry: LossRegistry | None = None
     #: Checked before each micro-batch writes (``WriterLease.check``): raises once this driver no
     #: longer holds the output's writer lease.
     lease_check: Callable[[], None] | None = None
@@ -42,7 +46,7 @@ class BatchStops:
         if losses and self.loss_registry is None:
             self.violation = losses[0].violation()
             raise IntegrityViolationError(self.violation)
-        if losses:
+        if losses and self.loss_registry is not None:
             new = self.loss_registry.add(losses)
             if new:
                 self.run_again = RunAgain.after_losses(new)
@@ -51,7 +55,7 @@ class BatchStops:
             self.run_again = RunAgain.to_reread(self.loss_check.reread)
             self.loss_check.read_again(batch_id)
             raise self.run_again
-        if losses:
+        if losses and self.loss_check is not None:
             self.loss_check.accept()
         return losses
 

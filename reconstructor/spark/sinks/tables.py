@@ -64,8 +64,11 @@ class OutputTables:
         columns where it lacks them: one commit, before this writer's first."""
         stats = {STATS_PROPERTY: ",".join(STATS_COLUMNS[name])} if name in STATS_COLUMNS else {}
         existed = DeltaTable.isDeltaTable(self.spark, self.path(name))
+        columns = StructType.fromDDL(ddl)
+        if not isinstance(columns, StructType):
+            raise TypeError(f"{name}'s DDL is not a list of columns: {ddl}")
         builder = (DeltaTable.createIfNotExists(self.spark).location(self.path(name))
-                   .comment(TABLE_COMMENTS[name]).addColumns(commented(name, StructType.fromDDL(ddl), self.schema)))
+                   .comment(TABLE_COMMENTS[name]).addColumns(commented(name, columns, self.schema)))
         if parts:
             builder = builder.partitionedBy(*parts)
         for key, value in {**props, **stats, "reconstructor.table": name,
