@@ -18,7 +18,7 @@ help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
 	@echo "make test              install what is missing, start Kafka + S3, run the tests, stop them"
 	@echo "                       (on TEST_WORKERS=2 pytest workers; TEST_WORKERS=1 for one process)"
-	@echo "make lint              the linter (ruff) on the package, the workbench and the tests; make test runs it first"
+	@echo "make lint              ruff on the package, the workbench and the tests, mypy on the package; make test runs it first"
 	@echo "make test-unit         the pure-Python tests only (no Spark, no servers)"
 	@echo "make test-slow         the slow suites (crash trials), with the stack"
 	@echo "make test WITH_SLOW=1  both in one run (what CI runs)"
@@ -90,6 +90,7 @@ cds: jars
 
 lint: venv
 	@$(VPY) -m ruff check --quiet . || { echo "error: ruff's findings above (make lint)"; exit 1; }
+	@$(VPY) -m mypy || { echo "error: mypy's findings above (make lint)"; exit 1; }
 
 test: lint jars
 	@$(STACK) up

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,9 +59,9 @@ class ChainBreak:
 
 @dataclass
 class _Chain:
-    heads: dict = field(default_factory=dict)  # digest -> seq: messages whose successor is unread
-    tails: dict = field(default_factory=dict)  # chain_prev -> (seq, offset): whose predecessor is unread
-    starts: list = field(default_factory=list)  # (seq, offset, type) of each chain's first message
+    heads: dict[str, Any] = field(default_factory=dict)  # digest -> seq: messages whose successor is unread
+    tails: dict[str, Any] = field(default_factory=dict)  # chain_prev -> (seq, offset): whose predecessor is unread
+    starts: list[Any] = field(default_factory=list)  # (seq, offset, type) of each chain's first message
     messages: int = 0
     unchained_max_seq: int | None = None  # the last seq logged before the chain existed
     first_seq: int | None = None  # the session's first message with rows, chained or not
@@ -112,7 +113,7 @@ class ChainCheck:
                                                "pipeline never writes", r["topic"], r["session"], r["seq"])
         return None
 
-    def _message(self, rows: list[dict], has_chain: bool) -> ChainBreak | None:
+    def _message(self, rows: list[dict[str, Any]], has_chain: bool) -> ChainBreak | None:
         first = rows[0]
         topic, session, seq, offset = first["topic"], first["session"], first["seq"], first["offset"]
         chain = self._chains[(topic, session)]

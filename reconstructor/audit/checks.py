@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -78,7 +79,7 @@ class Summary:
     change_rows: int = 0
     batches: int = 0
     current_rows: int = 0
-    sessions: dict = field(default_factory=dict)  # status -> count
+    sessions: dict[str, Any] = field(default_factory=dict)  # status -> count
     violations: int = 0
     set_aside_seqs: int = 0  # seqs with no change, recorded in violations
     #: Seqs with no change and no violation row: messages that changed no row (or, before a
@@ -123,7 +124,7 @@ class _Session:
     last_offset: int | None
     row_count: int
     seqs: SeqRuns = field(default_factory=SeqRuns)
-    first_change: tuple | None = None  # (offset, seq, type) of its first change in Kafka order
+    first_change: tuple[Any, ...] | None = None  # (offset, seq, type) of its first change in Kafka order
 
 
 class Found(Exception):
@@ -137,18 +138,18 @@ class Found(Exception):
 class Verification:
     """The checks over one output's tables (``topics``: an anchored regex, or None for all)."""
 
-    def __init__(self, sessions, violations, names: list[str], topics: str | None = None,
+    def __init__(self, sessions: Any, violations: Any, names: list[str], topics: str | None = None,
                  chain_key: ChainKey = NO_KEY, sessions_properties: dict[str, str] | None = None,
-                 fleet: FleetCheck | None = None):
+                 fleet: FleetCheck | None = None) -> None:
         self._topics = re.compile(topics) if topics else None
         self.names = list(names)
         self._chain_key = chain_key
         self._chain: ChainCheck | None = None  # built from the first batch's column types
-        self._heads: dict = {}
+        self._heads: dict[tuple[str, str], str | None] = {}
         self.fold = ChangeFold(self.names)
         self.summary = Summary()
         self._sessions: dict[tuple[str, str], _Session] = {}
-        self._twice: tuple | None = None  # a session with two rows in sessions (``finish`` names it)
+        self._twice: tuple[Any, ...] | None = None  # a session with two rows in sessions (``finish`` names it)
         rows = self._rows(sessions)
         for r in rows:
             if (r["topic"], r["session"]) in self._sessions and self._twice is None:
@@ -162,8 +163,8 @@ class Verification:
         self._violations = self._rows(violations)
         self.summary.violations = len(self._violations)
         # Sessions with a violation row that quarantined them (``_check_quarantine``).
-        self._causes: dict = defaultdict(list)
-        self._recorded_seqs: dict = defaultdict(set)
+        self._causes: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        self._recorded_seqs: dict[tuple[str, str], set[int]] = defaultdict(set)
         for v in self._violations:
             key = (v["topic"], v["session"])
             if v["kind"] not in (SKIPPED, DRIFT):
@@ -171,13 +172,13 @@ class Verification:
             if v["found_seq"] is not None:
                 self._recorded_seqs[key].add(v["found_seq"])
 
-    def _rows(self, table) -> list[dict]:
+    def _rows(self, table: Any) -> list[dict[str, Any]]:
         rows = as_arrow(table).to_pylist()
         return [r for r in rows if self._topics is None or self._topics.fullmatch(r["topic"])]
 
     # -- row_changes, a batch at a time ---------------------------------------------------------
 
-    def add_changes(self, batch) -> Discrepancy | None:
+    def add_changes(self, batch: Any) -> Discrepancy | None:
         """Check and fold one batch of ``row_changes`` (an hour partition)."""
         batch = as_arrow(batch)
         if self._topics is not None and batch.num_rows:
@@ -200,7 +201,7 @@ class Verification:
         self.fold.add(batch)
         return None
 
-    def _check_batch(self, batch) -> None:
+    def _check_batch(self, batch: Any) -> None:
         keys = batch.select(["topic", "session", "partition", "offset", "seq", "type", "row_pos", "row_id"]).to_pandas()
         keys["row_pos"] = keys["row_pos"].fillna(-1).astype("int64")
         dup = keys.duplicated(CHANGE_KEY)
@@ -235,7 +236,7 @@ class Verification:
 
     # -- the fold against current_rows and sessions, and the quarantine -------------------------
 
-    def finish(self, current_rows) -> Discrepancy | None:
+    def finish(self, current_rows: Any) -> Discrepancy | None:
         """The checks that need the whole change log folded."""
         try:
             if self._twice is not None:
@@ -297,8 +298,8 @@ class Verification:
                               else f"{_count(seal.sessions.rows, 'session row')} and "
                                    f"{_count(seal.violations.rows, 'violation row')} as the last batch sealed them")
 
-    def _check_current_rows(self, current_rows) -> None:
-        live: dict = defaultdict(dict)
+    def _check_current_rows(self, current_rows: Any) -> None:
+        live: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
         rows = self._rows(current_rows)
         self.summary.current_rows = len(rows)
         for r in rows:
@@ -332,7 +333,7 @@ class Verification:
                 self._check_row_position(key, s, rid, held[rid], folded[rid])
 
     @staticmethod
-    def _check_row_position(key: tuple[str, str], s: _Session, rid: str, held: dict, last) -> None:
+    def _check_row_position(key: tuple[str, str], s: _Session, rid: str, held: dict[str, Any], last: Any) -> None:
         """A live row's ``seq`` and ``offset`` are its last change's; a row brought back when its
         timed-out session resumed carries the session's last record before the timeout instead,
         which lies after that change and at or before the session's last."""

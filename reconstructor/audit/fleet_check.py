@@ -14,6 +14,8 @@ such row and no fleet seal is one written before fleet seals; the summary says s
 
 from __future__ import annotations
 
+from typing import Any
+
 from reconstructor.audit.chain_check import ChainBreak
 from reconstructor.contract.tables import SESSIONS, VIOLATIONS
 from reconstructor.contract.writer import FleetRecord
@@ -52,8 +54,8 @@ class FleetCheck:
     ``violations`` row as a dict of ``VIOLATION_FIELDS``), and the newest seal each table's history
     holds."""
 
-    def __init__(self, session_seals: list[str | None], violations: list[dict], in_sessions: FleetRecord | None,
-                 in_violations: FleetRecord | None, key: ChainKey):
+    def __init__(self, session_seals: list[str | None], violations: list[dict[str, Any]],
+                 in_sessions: FleetRecord | None, in_violations: FleetRecord | None, key: ChainKey):
         self.session_seals, self.violations = session_seals, violations
         self.in_sessions, self.in_violations = in_sessions, in_violations
         self.key = key

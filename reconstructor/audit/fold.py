@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -33,26 +34,26 @@ class LastChange:
     row_pos: int
     seq: int
     op: str
-    values: tuple
+    values: tuple[Any, ...]
 
 
-def row_columns(schema_names) -> list[str]:
+def row_columns(schema_names: Any) -> list[str]:
     """The row value columns among a change table's column names, in their order."""
     return [n for n in schema_names if n not in CHANGE_COLUMNS]
 
 
-def as_arrow(batch) -> pa.Table:
+def as_arrow(batch: Any) -> pa.Table:
     """A batch as Arrow (pandas is taken too, for tests and callers that have it)."""
     if isinstance(batch, pd.DataFrame):
         return pa.Table.from_pandas(batch, preserve_index=False)
     return batch
 
 
-def same_value(a, b) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     """Equal values, a NaN equal to a NaN (a double column may hold one)."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
-    return a == b
+    return bool(a == b)
 
 
 class ChangeFold:
@@ -63,7 +64,7 @@ class ChangeFold:
         self._rows: dict[tuple[str, str], dict[str, LastChange]] = defaultdict(dict)
         self._types: dict[str, pa.DataType] = {}  # each column's type, as the change log holds it
 
-    def add(self, batch) -> None:
+    def add(self, batch: Any) -> None:
         """Fold a batch of ``row_changes`` rows (Arrow or pandas) in."""
         batch = as_arrow(batch)
         for name in self.names:
@@ -94,7 +95,7 @@ class ChangeFold:
         """Every row the session had, deleted ones too, with its last change."""
         return self._rows.get((topic, session), {})
 
-    def table(self, topic: str, session: str) -> dict[str, tuple]:
+    def table(self, topic: str, session: str) -> dict[str, tuple[Any, ...]]:
         """The session's table: row id -> values (in ``names`` order), deleted rows left out."""
         return {rid: c.values for rid, c in self.last_changes(topic, session).items() if c.op != "delete"}
 
@@ -106,7 +107,7 @@ class ChangeFold:
                              index=pd.Index(ids, name="row_id", dtype=object), columns=self.names)
         return frame
 
-    def _column(self, name: str, values: list):
+    def _column(self, name: str, values: list[Any]) -> Any:
         """A column's values in the dtype ``state`` prints it in: a ``long`` as nullable ``Int64``,
         exact beside a null (a list of ints and None would make float64, rounded past 2**53)."""
         if pa.types.is_integer(self._types.get(name, pa.null())):
@@ -114,7 +115,7 @@ class ChangeFold:
         return values
 
 
-def changes_up_to(batch, *, seq: int | None = None, at=None) -> pa.Table:
+def changes_up_to(batch: Any, *, seq: int | None = None, at: Any = None) -> pa.Table:
     """The changes of messages up to seq ``seq`` (inclusive), or with an event time at or before
     ``at`` (a timezone-aware ``datetime``): what a session's table ``asof`` folds."""
     batch = as_arrow(batch)
@@ -134,4 +135,4 @@ def last_digest(changes: pa.Table) -> str | None:
     if not changes.num_rows or "chain_digest" not in changes.column_names:
         return None
     at = pc.index(changes["seq"], pc.max(changes["seq"])).as_py()
-    return changes["chain_digest"][at].as_py()
+    return cast("str | None", changes["chain_digest"][at].as_py())

@@ -15,6 +15,8 @@ was sealed so, since the first keyed start of such a release seals every row aga
 
 from __future__ import annotations
 
+from typing import Any
+
 from reconstructor.audit.chain_check import ChainBreak
 from reconstructor.contract.tables import SEALED_PROPERTY, SESSIONS
 from reconstructor.core.chain import HMAC_SHA256, ChainKey
@@ -27,7 +29,7 @@ __all__ = ["SealCheck"]
 class SealCheck:
     """The seals of the ``sessions`` rows checked (``rows``: dicts, the topics checked)."""
 
-    def __init__(self, rows: list[dict], key: ChainKey, properties: dict[str, str] | None = None):
+    def __init__(self, rows: list[dict[str, Any]], key: ChainKey, properties: dict[str, str] | None = None):
         self.rows = rows
         self.key = key
         seals = [r.get("chain_seal") for r in rows]

@@ -4,6 +4,7 @@ messages that changed no row, so a few intervals hold millions of them."""
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 import numpy as np
 
@@ -11,14 +12,14 @@ import numpy as np
 class SeqRuns:
     """Disjoint, sorted, inclusive intervals of seqs."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._runs: list[list[int]] = []
 
     def __contains__(self, seq: int) -> bool:
         at = bisect.bisect_right(self._runs, [seq, float("inf")]) - 1
         return at >= 0 and self._runs[at][0] <= seq <= self._runs[at][1]
 
-    def add(self, seqs) -> None:
+    def add(self, seqs: Any) -> None:
         """Add seqs (any order, no repeats among them or with those held: check ``in`` first)."""
         values = np.unique(np.asarray(seqs, dtype=np.int64))
         if not values.size:

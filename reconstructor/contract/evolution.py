@@ -14,6 +14,7 @@ No Spark here: columns are (name, Spark SQL type, nullable) as Delta reports the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import ROW_VALUES
@@ -42,7 +43,7 @@ class TableColumn:
         return f"`{self.name}` {self.type.upper()}" + ("" if self.nullable else _NOT_NULL)
 
 
-def wanted_columns(fields, schema: RowSchema) -> tuple[TableColumn, ...]:
+def wanted_columns(fields: Any, schema: RowSchema) -> tuple[TableColumn, ...]:
     """The columns of an output field list (``reconstructor.contract.tables``), the row schema's in place of
     ``ROW_VALUES``."""
     out: list[TableColumn] = []
@@ -83,7 +84,7 @@ class TableEvolution:
         return f"ALTER TABLE {table_ref} ADD COLUMNS ({', '.join(a.ddl for a in self.added)})"
 
 
-def plan_evolution(table: str, existing, wanted) -> TableEvolution:
+def plan_evolution(table: str, existing: Any, wanted: Any) -> TableEvolution:
     """Compare ``existing`` (the table's columns as Delta holds them) with ``wanted`` (in the
     order the DDL gives them).
 

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -85,12 +86,12 @@ class RowSchema:
     def spark_ddl(self) -> str:
         return ", ".join(f"`{c.name}` {c.spark_ddl}" for c in self.columns)
 
-    def empty_frame(self):
+    def empty_frame(self) -> Any:
         """An empty session table (pandas, indexed by row_id) with the schema's dtypes."""
         return self.arrow_schema().empty_table().to_pandas().set_index("row_id")
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "<dict>") -> RowSchema:
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> RowSchema:
         if not isinstance(data, dict) or not isinstance(data.get("columns"), list):
             raise SchemaError(f"{source}: a row schema is an object with a 'columns' list")
         cols = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
+from typing import Any
 
 import pandas as pd
 
@@ -196,7 +197,7 @@ VIOLATION_INFO_DDL = ("kind STRING, topic STRING, partition INT, offset BIGINT, 
                       "expected_seq BIGINT, found_seq BIGINT, detail STRING, value STRING")
 
 
-def ddl(fields, schema: RowSchema | None = None) -> str:
+def ddl(fields: Any, schema: RowSchema | None = None) -> str:
     """The Spark SQL DDL of a field list (``schema`` fills in ``ROW_VALUES``)."""
     return ", ".join(_row_schema(schema).spark_ddl() if field is ROW_VALUES else f"{field[0]} {field[1]}"
                      for field in fields)
@@ -208,7 +209,7 @@ def _row_schema(schema: RowSchema | None) -> RowSchema:
     return schema
 
 
-def column_names(fields, schema: RowSchema | None = None) -> list[str]:
+def column_names(fields: Any, schema: RowSchema | None = None) -> list[str]:
     """The column names of a field list (``schema`` fills in ``ROW_VALUES``)."""
     names: list[str] = []
     for field in fields:

@@ -9,9 +9,9 @@ read from Kafka, whether a command may write the tables as this checkpoint.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -79,13 +79,13 @@ def query_id_of(metadata_text: str) -> str:
     raise ValueError("empty checkpoint metadata")
 
 
-def last_batch(commit_names) -> int | None:
+def last_batch(commit_names: Iterable[str]) -> int | None:
     """The last committed batch id, given the file names under ``commits/``."""
     ids = [int(n) for n in commit_names if n.isdigit()]
     return max(ids) if ids else None
 
 
-def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> str | None:
+def refusal(checkpoint: CheckpointState, tables: Any, output: str, replay: bool) -> str | None:
     """Why this command must not write ``output`` as this checkpoint, or None when it may.
 
     - A replay always runs on a checkpoint of its own (no committed batch), so it never moves
@@ -125,7 +125,7 @@ def refusal(checkpoint: CheckpointState, tables, output: str, replay: bool) -> s
             f"`reconstructor replay` into them (it de-duplicates) or choose another --output")
 
 
-def batch_metadata(query_id: str, batch_id: int, end_offsets, fleet: dict | None = None,
+def batch_metadata(query_id: str, batch_id: int, end_offsets: Any, fleet: dict[str, Any] | None = None,
                    lease: str | None = None) -> str:
     """What each Delta commit of a batch records (its ``userMetadata``): the writer, the batch, and
     the Kafka offsets it read up to, so a takeover can be held to them in the same transaction as
@@ -135,10 +135,10 @@ def batch_metadata(query_id: str, batch_id: int, end_offsets, fleet: dict | None
     offsets: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(end_offsets.items()):
         offsets.setdefault(topic, {})[str(partition)] = int(offset)
-    batch: dict = {"query": query_id, "batch": batch_id, "offsets": offsets}
+    batch: dict[str, Any] = {"query": query_id, "batch": batch_id, "offsets": offsets}
     if lease is not None:
         batch["lease"] = lease
-    record: dict = {BATCH_METADATA_KEY: batch}
+    record: dict[str, Any] = {BATCH_METADATA_KEY: batch}
     if fleet is not None:
         record[FLEET_METADATA_KEY] = fleet
     return json.dumps(record, separators=(",", ":"))
@@ -159,7 +159,7 @@ def newest_first(history: Callable[[int | None], Sequence[T]], first: int) -> It
         yield from list(history(None))[len(commits):]
 
 
-def stamp_metadata(fleet: dict) -> str:
+def stamp_metadata(fleet: dict[str, Any]) -> str:
     """The ``userMetadata`` of a keyed start's commits that seal an output's fleet as it stands
     (``seal_rows``): the seal alone, by no batch."""
     return json.dumps({FLEET_METADATA_KEY: fleet}, separators=(",", ":"))
@@ -170,7 +170,7 @@ class FleetRecord:
     """A fleet seal as a commit recorded it: its fields as written (``FleetSeal.from_json`` reads
     them), and the writer and batch beside it (None: written at a keyed start, by no batch)."""
 
-    fleet: dict
+    fleet: dict[str, Any]
     query: str | None
     batch: int | None
 
@@ -192,7 +192,7 @@ def fleet_in_metadata(text: str | None) -> FleetRecord | None:
         return None
 
 
-def _batch_record(text: str | None) -> dict | None:
+def _batch_record(text: str | None) -> dict[str, Any] | None:
     """The batch's record (``batch_metadata``) in a commit's ``userMetadata``, else None."""
     try:
         record = json.loads(text)[BATCH_METADATA_KEY] if text else None
@@ -217,7 +217,7 @@ def offsets_in_metadata(text: str | None, query_id: str | None) -> dict[tuple[st
     return {(topic, int(p)): int(o) for topic, parts in record.get("offsets", {}).items() for p, o in parts.items()}
 
 
-def furthest(offset_maps) -> dict[tuple[str, int], int]:
+def furthest(offset_maps: Any) -> dict[tuple[str, int], int]:
     """Per partition, the furthest offset among ``offset_maps``."""
     out: dict[tuple[str, int], int] = {}
     for offsets in offset_maps:
@@ -226,12 +226,12 @@ def furthest(offset_maps) -> dict[tuple[str, int], int]:
     return out
 
 
-def reached_everywhere(reached, written) -> bool:
+def reached_everywhere(reached: Any, written: Any) -> bool:
     """Whether offsets ``reached`` are at or past ``written`` on every partition of the latter."""
     return all(reached.get(tp) is not None and reached[tp] >= at for tp, at in written.items())
 
 
-def takeover_refusal(writer: str, written, checkpoint: CheckpointState, reached, output: str) -> str | None:
+def takeover_refusal(writer: str, written: Any, checkpoint: CheckpointState, reached: Any, output: str) -> str | None:
     """Why a run on ``checkpoint`` (a replay's) must not take over from the tables' ``writer``,
     or None: each partition the writer ``written`` up to must be ``reached`` by the checkpoint's
     committed batches, or the run would append again what the writer wrote past it."""

@@ -11,7 +11,9 @@ the session table.  The first violation is returned, not applied: the caller fai
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,7 +42,7 @@ class BatchResult:
     #: The applied row changes as columns (``CHANGE`` and the row columns, canonical dtypes, in
     #: apply order): the Spark shell builds its output from these, and a frame per touched
     #: session would be built only to be taken apart again.  ``changes`` is the same as a frame.
-    columns: dict
+    columns: dict[str, Any]
     state: SessionState | None
     violation: IntegrityViolation | None = None
     skipped: int = 0  # messages skipped while awaiting a snapshot
@@ -56,7 +58,7 @@ class BatchResult:
 def process_batch(
     topic: str,
     session: str,
-    frames,
+    frames: pd.DataFrame | Iterable[pd.DataFrame],
     state: SessionState | None,
     schema: RowSchema,
     *,
@@ -193,7 +195,7 @@ def _with_value(v: IntegrityViolation | None, msgs: pd.DataFrame, at: int) -> In
     return replace(v, value=msgs[VALUE].iloc[at])
 
 
-def _first(value, otherwise):
+def _first(value: Any, otherwise: Any) -> Any:
     """A carried first seq or time, else this batch's (a session quarantined before any message
     applied has none)."""
     return otherwise if value is None else value
@@ -212,7 +214,7 @@ def apply_update_run(df: pd.DataFrame, state: SessionState | None, schema: RowSc
     if state is not None and state.status != SessionStatus.OPEN:
         return None
     # Each column read once: a frame's column access costs more than the check made with it.
-    cols = dict(df.items())
+    cols: dict[str, Any] = {str(name): column for name, column in df.items()}
     run = _update_run(cols, state)
     if run is None:
         return None
@@ -248,7 +250,7 @@ class _UpdateRun:
     snapshot_rows: int
 
 
-def _update_run(cols: dict, state: SessionState | None) -> _UpdateRun | None:
+def _update_run(cols: dict[str, Any], state: SessionState | None) -> _UpdateRun | None:
     """The batch's columns as a run of updates in line with ``state`` (for a new session, after
     the snapshot that starts it), as the arrays read to check it; None when they are not (a parse
     error or a wrong key, a null coordinate, a record on another partition, rows of one message
@@ -278,7 +280,7 @@ def _update_run(cols: dict, state: SessionState | None) -> _UpdateRun | None:
     return _UpdateRun(partition, offsets, seqs, msg_seqs, first_row, int(in_snapshot.sum()))
 
 
-def _run_table(rows: dict, snapshot_rows: int, n: int, state: SessionState | None, names: list[str]):
+def _run_table(rows: dict[str, Any], snapshot_rows: int, n: int, state: SessionState | None, names: list[str]) -> Any:
     """The session table after the run's ``n`` change ``rows`` (the snapshot's first: they sort
     first), or None when the snapshot is flawed or an update deletes an unknown row."""
     if state is None:
@@ -296,11 +298,11 @@ def _run_table(rows: dict, snapshot_rows: int, n: int, state: SessionState | Non
     return table
 
 
-def _gather(frames) -> pd.DataFrame:
+def _gather(frames: pd.DataFrame | Iterable[pd.DataFrame]) -> pd.DataFrame:
     if isinstance(frames, pd.DataFrame):
         return frames
-    frames = list(frames)
-    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    parts = list(frames)
+    return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
 def _has_null(s: pd.Series) -> bool:
@@ -311,9 +313,9 @@ def _has_null(s: pd.Series) -> bool:
     return s.dtype.kind not in "iub" and bool(s.isna().any())
 
 
-def _fail(schema: RowSchema, state, v: IntegrityViolation) -> BatchResult:
+def _fail(schema: RowSchema, state: SessionState | None, v: IntegrityViolation) -> BatchResult:
     return BatchResult(columns_of(empty_changes(schema)), state, violation=v)
 
 
-def _ts(value) -> pd.Timestamp | None:
+def _ts(value: Any) -> pd.Timestamp | None:
     return None if value is None or pd.isna(value) else pd.Timestamp(value)

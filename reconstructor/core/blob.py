@@ -6,6 +6,8 @@ after a nullable column is added (the new column reads as null) or one is droppe
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -35,7 +37,7 @@ def dump_table(table: pd.DataFrame | pa.Table, schema: RowSchema, chain_head: st
     options = _COMPRESSED if arrow.num_rows >= COMPRESS_FROM_ROWS else _PLAIN
     with pa.ipc.new_stream(sink, arrow.schema, options=options) as writer:
         writer.write_table(arrow)
-    return sink.getvalue().to_pybytes()
+    return cast(bytes, sink.getvalue().to_pybytes())
 
 
 def chain_head(blob: bytes | None) -> str | None:
@@ -52,7 +54,7 @@ def to_arrow(table: pd.DataFrame, schema: RowSchema) -> pa.Table:
     return arrow_rows(table.index.to_numpy(), table, schema.arrow_schema())
 
 
-def arrow_rows(ids, values, target: pa.Schema) -> pa.Table:
+def arrow_rows(ids: Any, values: Any, target: pa.Schema) -> pa.Table:
     """Session table rows as Arrow in ``target``: ``ids``, then each column's values from
     ``values`` (column name -> Series or array).  NaN, NaT and None become null.
 
@@ -97,7 +99,7 @@ def to_frame(arrow: pa.Table) -> pd.DataFrame:
     return pd.DataFrame(columns, index=index)
 
 
-def _to_pandas(column: pa.ChunkedArray, arrow_type: pa.DataType):
+def _to_pandas(column: pa.ChunkedArray, arrow_type: pa.DataType) -> Any:
     if pa.types.is_timestamp(arrow_type):
         # Nanoseconds, as pyspark hands times over: a table read from its blob and one updated from
         # a batch then have the same dtype, whichever way the session went.

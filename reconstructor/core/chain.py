@@ -34,7 +34,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -51,7 +51,7 @@ SHA256, HMAC_SHA256 = "sha256", "hmac-sha256"
 jcs_string = json.encoder.encode_basestring
 
 
-def jcs_record(row: Mapping, names: Sequence[str], texts: frozenset[str]) -> bytes:
+def jcs_record(row: Mapping[str, Any], names: Sequence[str], texts: frozenset[str]) -> bytes:
     """``row``'s fields ``names`` (ASCII, in sorted order) as RFC 8785 JSON bytes: those in
     ``texts`` as strings, the others integers written as decimal strings, a null left out (a
     seal's and a fleet member's encoding)."""
@@ -128,33 +128,33 @@ def jcs_number(x: float) -> str:
     return sign + text
 
 
-def _null(value) -> bool:
+def _null(value: Any) -> bool:
     return value is None or value is pd.NA or value is pd.NaT
 
 
-def _string(value) -> str | None:
+def _string(value: Any) -> str | None:
     return None if _null(value) else jcs_string(str(value))
 
 
-def _long(value) -> str | None:
+def _long(value: Any) -> str | None:
     return None if _null(value) else f'"{int(value)}"'
 
 
-def _boolean(value) -> str | None:
+def _boolean(value: Any) -> str | None:
     return None if _null(value) else ("true" if value else "false")
 
 
-def _timestamp(value) -> str | None:
+def _timestamp(value: Any) -> str | None:
     """A time as epoch microseconds (an int is one already: ``_plain`` gives them so)."""
     if _null(value):
         return None
     if isinstance(value, int):
         return f'"{value}"'
     ts = pd.Timestamp(value)
-    return None if ts is pd.NaT else f'"{_micros(ts)}"'
+    return None if pd.isna(ts) else f'"{_micros(ts)}"'
 
 
-def _double(value) -> str | None:
+def _double(value: Any) -> str | None:
     if _null(value):
         return None
     x = float(value)
@@ -175,13 +175,13 @@ def _micros(ts: pd.Timestamp) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def _value_encoders(columns: tuple[tuple[str, str], ...]) -> tuple:
+def _value_encoders(columns: tuple[tuple[str, str], ...]) -> tuple[Any, ...]:
     """Per row column, in JCS member order (UTF-16 code units): its name, ``"name":`` and encoder."""
     ordered = sorted(columns, key=lambda c: c[0].encode("utf-16-be"))
     return tuple((name, jcs_string(name) + ":", _ENCODE[kind]) for name, kind in ordered)
 
 
-def canonical_message(topic: str, session: str, message: Mapping, changes: Sequence[Mapping],
+def canonical_message(topic: str, session: str, message: Mapping[str, Any], changes: Sequence[Mapping[str, Any]],
                       columns: Sequence[tuple[str, str]]) -> bytes:
     """One message and its changes as RFC 8785 JSON bytes.
 
@@ -207,7 +207,7 @@ def canonical_message(topic: str, session: str, message: Mapping, changes: Seque
     return ("{" + ",".join(members) + "}").encode("utf-8")
 
 
-def chain_messages(topic: str, session: str, columns: Mapping[str, Sequence], prev: str,
+def chain_messages(topic: str, session: str, columns: Mapping[str, Sequence[Any]], prev: str,
                    row_columns: Sequence[tuple[str, str]], key: ChainKey = NO_KEY,
                    ) -> tuple[np.ndarray, np.ndarray, str]:
     """Digest a batch's changes of one session (``BatchResult.columns``, in apply order).
@@ -243,7 +243,7 @@ class ChainSeed(NamedTuple):
     digest: str
 
 
-def chain_session(topic: str, session: str, columns: Mapping[str, Sequence], known: str | None,
+def chain_session(topic: str, session: str, columns: Mapping[str, Sequence[Any]], known: str | None,
                   seed: ChainSeed | None, seed_seq: int | None, row_columns: Sequence[tuple[str, str]],
                   key: ChainKey = NO_KEY) -> tuple[np.ndarray, np.ndarray, str]:
     """``chain_messages`` from the session's head ``known``; a session with no head that a replay
@@ -260,7 +260,7 @@ def chain_session(topic: str, session: str, columns: Mapping[str, Sequence], kno
     return np.concatenate([lead[0], prevs]), np.concatenate([lead[1], digests]), head
 
 
-def _plain(values) -> list:
+def _plain(values: Any) -> list[Any]:
     """A column's values as Python objects, nulls as None (pandas' NA, NaT; a double's NaN stays
     a float and is left out as a null by ``_double``)."""
     if isinstance(values, pd.Series):

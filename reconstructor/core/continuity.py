@@ -11,6 +11,7 @@ verdict never depends on where a micro-batch ends.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -144,11 +145,12 @@ def _broken_rule(m: _Messages, state: SessionState | None, topic: str, skipped: 
     return ViolationKind.GAP, expected, f"missing seq {expected}..{found - 1}"
 
 
-def malformed(df) -> np.ndarray:
+def malformed(df: Any) -> np.ndarray:
     """Records that did not parse, or whose Kafka key is missing or not their session (``df``: a
     frame, or its columns by name)."""
     key = df["key"].to_numpy()
-    return pd.notna(df["error"].to_numpy()) | pd.isna(key) | (key != df["session"].to_numpy())
+    unnamed = pd.notna(df["error"].to_numpy()) | pd.isna(key) | (key != df["session"].to_numpy())
+    return cast("np.ndarray[Any, Any]", unnamed)
 
 
 def home_partition(df: pd.DataFrame) -> int:
@@ -192,6 +194,7 @@ def kafka_order(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFr
     return msgs, detail
 
 
-def _violation(kind: ViolationKind, topic: str, session: str | None, row, expected, detail: str):
+def _violation(kind: ViolationKind, topic: str, session: str | None, row: Any, expected: int | None,
+               detail: str) -> IntegrityViolation:
     return IntegrityViolation(kind, topic, int_or_none(row["partition"]), int_or_none(row["offset"]),
                               session, expected, int_or_none(row["seq"]), detail)

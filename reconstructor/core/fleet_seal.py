@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from reconstructor.core.chain import ChainKey, jcs_record, jcs_string
 
@@ -51,12 +52,12 @@ def session_member(seal: str | None) -> int:
     return _hex_value(seal)
 
 
-def canonical_violation(row: Mapping) -> bytes:
+def canonical_violation(row: Mapping[str, Any]) -> bytes:
     """A ``violations`` row as RFC 8785 JSON bytes (``VIOLATION_FIELDS``, a null left out)."""
     return jcs_record(row, VIOLATION_FIELDS, _TEXT)
 
 
-def violation_member(key: ChainKey, row: Mapping) -> int:
+def violation_member(key: ChainKey, row: Mapping[str, Any]) -> int:
     """A ``violations`` row's member of the sum: an HMAC of the row, so no one without the key can
     make rows whose members add up to a removed one's."""
     return _hex_value(key.seal(MEMBER_DOMAIN + canonical_violation(row)))
@@ -121,12 +122,12 @@ class FleetSeal:
         """The seal of a batch that starts from this one (unsealed: ``sealed`` adds the MAC)."""
         return FleetSeal(sessions, violations, after=self.mac)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"after": self.after, "sessions_rows": self.sessions.rows, "sessions_sum": self.sessions.hex,
                 "violations_rows": self.violations.rows, "violations_sum": self.violations.hex, "mac": self.mac}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> FleetSeal:
+    def from_json(cls, data: Mapping[str, Any]) -> FleetSeal:
         """A seal as ``to_json`` wrote it; ``ValueError`` (or ``KeyError``/``TypeError``) on anything else."""
         return cls(TableSum(int(data["sessions_rows"]), int(str(data["sessions_sum"]), 16)),
                    TableSum(int(data["violations_rows"]), int(str(data["violations_sum"]), 16)),

@@ -7,6 +7,8 @@ sources (Arrow from Spark, the state blob, tests) concatenable without object-dt
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 import pandas as pd
 
@@ -70,13 +72,13 @@ def exact_longs(frame: pd.DataFrame, schema: RowSchema) -> pd.DataFrame:
     return frame
 
 
-def _is_naive_datetime(dtype) -> bool:
+def _is_naive_datetime(dtype: Any) -> bool:
     return pd.api.types.is_datetime64_dtype(dtype) and not isinstance(dtype, pd.DatetimeTZDtype)
 
 
 def _to_naive_utc(series: pd.Series) -> pd.Series:
     if isinstance(series.dtype, pd.DatetimeTZDtype):
-        return series.dt.tz_convert("UTC").dt.tz_localize(None)
+        return cast("pd.Series[Any]", series.dt.tz_convert("UTC").dt.tz_localize(None))
     if _is_naive_datetime(series.dtype):
         return series  # naive times are UTC by contract; to_datetime would only scan them again
     values = pd.to_datetime(series, utc=True, cache=False)
@@ -112,7 +114,8 @@ def canonical(s: pd.Series, col_type: str) -> pd.Series | None:
         if not nulls.any() or all(v is None for v in values[nulls]):
             return None  # strings and None already
     # strings, with None (not NaN) for a null
-    return s.astype(object).where(s.notna(), None)  # type: ignore[call-overload]  # pandas-stubs' `other` leaves out None, which pandas takes
+    plain = s.astype(object).where(s.notna(), None)  # type: ignore[call-overload]  # pandas-stubs' `other` leaves out None, which pandas takes
+    return cast("pd.Series[Any]", plain)
 
 
 def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = TIME_COLUMNS) -> pd.DataFrame:
@@ -121,7 +124,7 @@ def coerce_times(frame: pd.DataFrame, names: tuple[str, ...] = TIME_COLUMNS) -> 
     return frame.assign(**out) if out else frame  # assign copies the frame even for a no-op
 
 
-def change_rows(frame, order, schema: RowSchema) -> dict:
+def change_rows(frame: Any, order: Any, schema: RowSchema) -> dict[str, Any]:
     """The rows of an input ``frame`` (or its columns by name) at positions ``order``, as change
     columns (``CHANGE`` and the row columns: canonical dtypes, int64 coordinates, naive UTC times).
 
@@ -142,22 +145,22 @@ def change_rows(frame, order, schema: RowSchema) -> dict:
     return data
 
 
-def take_values(s: pd.Series, order):
+def take_values(s: pd.Series, order: Any) -> Any:
     """``s``'s values at positions ``order``: a numpy array, or an extension array (Int64, boolean)."""
     return take(values_of(s), order)
 
 
-def take(values, order):
+def take(values: Any, order: Any) -> Any:
     """``values`` (a numpy or extension array) at positions ``order``."""
     return values[order] if isinstance(values, np.ndarray) else values.take(order)
 
 
-def values_of(s: pd.Series):
+def values_of(s: pd.Series) -> Any:
     """``s``'s values without a copy: a numpy array, or an extension array (Int64, boolean)."""
     return s.array if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) else s.to_numpy()
 
 
-def int_or_none(value) -> int | None:
+def int_or_none(value: Any) -> int | None:
     """A frame's value as a Python int, None where it is null: how a violation names a record's
     partition, offset and seq (a numpy int would not survive its JSON, a null is no number)."""
     return None if value is None or pd.isna(value) else int(value)

@@ -10,6 +10,7 @@ a boolean, or a long: a long column's value or a time's epoch microseconds).
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pyarrow as pa
 
@@ -27,7 +28,7 @@ class _Reader:
     def __init__(self, blob: bytes):
         self.data, self.at = memoryview(blob), 4
 
-    def _take(self, fmt: str):
+    def _take(self, fmt: str) -> Any:
         (value,) = struct.unpack_from(fmt, self.data, self.at)
         self.at += struct.calcsize(fmt)
         return value
@@ -47,7 +48,7 @@ class _Reader:
         self.at += n
         return text
 
-    def value(self, kind: str):
+    def value(self, kind: str) -> Any:
         if not self._take(">b"):
             return None
         if kind == "string":

@@ -24,6 +24,7 @@ keyed start of a release that seals the fleet.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from reconstructor.core.chain import ChainKey, jcs_record
 
@@ -40,17 +41,17 @@ SEALED_FIELDS = ("chain_head", "first_seq", "last_offset", "last_seq", "partitio
 _TEXT = frozenset({"chain_head", "session", "status", "topic"})
 
 
-def canonical_session(row: Mapping) -> bytes:
+def canonical_session(row: Mapping[str, Any]) -> bytes:
     """The sealed fields of a session's row as RFC 8785 JSON bytes."""
     return jcs_record(row, SEALED_FIELDS, _TEXT)
 
 
-def session_seal(key: ChainKey, row: Mapping, domain: bytes = SEAL_DOMAIN) -> str | None:
+def session_seal(key: ChainKey, row: Mapping[str, Any], domain: bytes = SEAL_DOMAIN) -> str | None:
     """The seal of a session's row (``SEALED_FIELDS`` from ``row``), or None without a key."""
     return key.seal(domain + canonical_session(row))
 
 
-def seal_version(key: ChainKey, row: Mapping) -> int | None:
+def seal_version(key: ChainKey, row: Mapping[str, Any]) -> int | None:
     """2 when ``row``'s ``chain_seal`` is its seal under ``SEAL_DOMAIN``, 1 under ``SEAL_DOMAIN_V1``,
     None when it is neither (or absent)."""
     seal = row.get("chain_seal")

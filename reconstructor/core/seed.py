@@ -24,6 +24,7 @@ import datetime as dt
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -58,7 +59,7 @@ class SessionSeed:
     #: Processing time (epoch ms) from which the seed no longer applies: its state would be gone.
     expires_ms: int
     #: ``(row_id, values)`` pairs, values in the seeds' ``columns`` order (times as epoch us).
-    rows: tuple = field(default=(), repr=False)
+    rows: tuple[Any, ...] = field(default=(), repr=False)
 
     def state(self, schema: RowSchema, columns: tuple[str, ...]) -> SessionState:
         """The session's state as the live writer held it after its last applied record."""
@@ -79,7 +80,7 @@ class SessionSeed:
                             last_event_ts=_ts(self.last_event_us), stored=table)
 
     @classmethod
-    def from_tables(cls, row: Mapping, table: Mapping[str, tuple], expires_ms: int) -> SessionSeed:
+    def from_tables(cls, row: Mapping[str, Any], table: Mapping[str, tuple[Any, ...]], expires_ms: int) -> SessionSeed:
         """The seed of a ``sessions`` row (its scalars, times as ``started_us`` and
         ``last_event_us``, and ``chain_head``) and its table folded from ``row_changes`` (row id ->
         values; a time as epoch us or a datetime).  An ended session's rows are left out."""
@@ -89,13 +90,13 @@ class SessionSeed:
         return cls(int(row["partition"]), status, **{k: _int(row[k]) for k in _SCALARS[1:]},
                    chain_head=row.get("chain_head"), expires_ms=int(expires_ms), rows=rows)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in _SCALARS}, "status": self.status.value,
                 "chain_head": self.chain_head, "expires_ms": self.expires_ms,
                 "rows": [[rid, *vals] for rid, vals in self.rows]}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> SessionSeed:
+    def from_dict(cls, d: Mapping[str, Any]) -> SessionSeed:
         return cls(**{k: d[k] for k in _SCALARS}, status=SessionStatus(d["status"]), chain_head=d["chain_head"],
                    expires_ms=int(d["expires_ms"]), rows=tuple((r[0], tuple(r[1:])) for r in d["rows"]))
 
@@ -148,11 +149,11 @@ def records_after(frames: Iterator[pd.DataFrame], seed: SessionSeed) -> Iterator
         yield frame[~held] if held.any() else frame
 
 
-def _int(value) -> int | None:
+def _int(value: Any) -> int | None:
     return None if value is None or pd.isna(value) else int(value)
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """A row value as the seeds' JSON holds it: a time as epoch microseconds (UTC), a NaN-free
     double, an exact int."""
     if value is None or (not isinstance(value, str) and pd.isna(value)):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -43,7 +44,7 @@ class RecordFinding:
     detail: str
 
     @classmethod
-    def at(cls, kind: ViolationKind, record, detail: str):
+    def at(cls, kind: ViolationKind, record: Any, detail: str) -> Any:
         """The finding about ``record`` (a message or change row, or its values by column name)."""
         return cls(kind, int_or_none(record["partition"]), int_or_none(record["offset"]),
                    int_or_none(record["seq"]), detail)
@@ -122,7 +123,7 @@ def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, 
     return _int_columns(coerce_columns(changes, schema)), table, drifts
 
 
-def apply_updates(ops, table: pd.DataFrame | pa.Table, names: list[str]) -> pd.DataFrame | pa.Table:
+def apply_updates(ops: Any, table: pd.DataFrame | pa.Table, names: list[str]) -> pd.DataFrame | pa.Table:
     """Upserts and deletes of one run of update messages, in (seq, row_pos) order, vectorised.
 
     ``ops`` is a change frame or its columns (``BatchResult.columns``).  A delete is valid when
@@ -173,10 +174,10 @@ def snapshot_problem(snap_rows: pd.DataFrame) -> str | None:
 def empty_table(schema: RowSchema) -> pd.DataFrame:
     """A new session's table, built once per schema (building it costs more than copying it):
     copy it before changing it."""
-    return schema.empty_frame()
+    return cast(pd.DataFrame, schema.empty_frame())
 
 
-def columns_of(frame: pd.DataFrame) -> dict:
+def columns_of(frame: pd.DataFrame) -> dict[str, Any]:
     """A change frame as ``BatchResult.columns``."""
     return {name: values_of(frame[name]) for name in frame.columns}
 
@@ -189,7 +190,8 @@ def empty_changes(schema: RowSchema) -> pd.DataFrame:
     return frame.astype({"partition": "int64", "offset": "int64", "seq": "int64", "row_pos": "int64"})
 
 
-def rows_back(columns: dict, state: SessionState, resumed_from: SessionState, schema: RowSchema) -> dict:
+def rows_back(columns: dict[str, Any], state: SessionState, resumed_from: SessionState,
+              schema: RowSchema) -> dict[str, Any]:
     """``columns`` (a batch's changes) and, after them, the session table's rows that the batch did
     not change, as upserts: a timed-out session that resumes gets every row back in
     ``current_rows``.  Those rows carry the session's last record before its timeout (its seq,
@@ -207,13 +209,13 @@ def rows_back(columns: dict, state: SessionState, resumed_from: SessionState, sc
     return columns_of(_int_columns(coerce_times(coerce_columns(frame, schema))))
 
 
-def last_change_per_row(row_ids) -> np.ndarray:
+def last_change_per_row(row_ids: Any) -> np.ndarray:
     """True on each row's last change, given the ``row_id`` of changes in apply order, ``(seq, row_pos)``.
 
     Those are what ``current_rows`` needs from a batch: the group knows them already, so the sink
     does not have to shuffle and aggregate the whole change log to find them.
     """
-    return ~pd.Index(row_ids).duplicated(keep="last")
+    return cast("np.ndarray[Any, Any]", ~pd.Index(row_ids).duplicated(keep="last"))
 
 
 def _int_columns(changes: pd.DataFrame) -> pd.DataFrame:
@@ -223,7 +225,7 @@ def _int_columns(changes: pd.DataFrame) -> pd.DataFrame:
     return changes.astype(ints) if ints else changes
 
 
-def _stack(a, b):
+def _stack(a: Any, b: Any) -> Any:
     """Two value arrays as one, in the dtype ``pd.concat`` would give."""
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return np.concatenate([a, b])

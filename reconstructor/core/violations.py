@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 class ViolationKind(str, enum.Enum):
@@ -51,7 +52,7 @@ def printable(text: str) -> str:
     return text.translate(_LINE)
 
 
-def quoted(value) -> str:
+def quoted(value: Any) -> str:
     """A row id, a key or a session as a violation's detail quotes it: a text in the shape of
     Python's ``repr`` (single quotes unless it holds one and no double quote; the quote and the
     backslash escaped) with only the code points of ``ESCAPED`` escaped; anything else as ``repr``."""
@@ -61,7 +62,7 @@ def quoted(value) -> str:
     return quote + value.translate(_QUOTED[quote]) + quote
 
 
-def _fmt(value) -> str:
+def _fmt(value: Any) -> str:
     return "none" if value is None else printable(str(value))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 # The longest duration a setting takes.  Each becomes a wait or a date: a timer's or a sleep's
 # wait ends at 292 years (nanoseconds in 64 bits), a date at the year 9999; a longer setting is a
@@ -44,7 +44,7 @@ class Duration(dt.timedelta):
         self.text = text
         return self
 
-    def __reduce__(self):  # copies rebuild it from its text
+    def __reduce__(self) -> tuple[type[Duration], tuple[str]]:  # copies rebuild it from its text
         return (Duration, (self.text,))
 
     def __str__(self) -> str:
@@ -90,7 +90,7 @@ class Trigger:
     def continuous(self) -> bool:
         return self.interval is not None
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: Any) -> bool:
         if isinstance(other, Trigger):
             return (self.interval, self.NAMES.get(self.text)) == (other.interval, other.NAMES.get(other.text))
         if isinstance(other, str):

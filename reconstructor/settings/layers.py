@@ -63,7 +63,7 @@ def from_args(args: argparse.Namespace) -> Settings:
     return load(getattr(args, "config", None), flags=flags)
 
 
-def _read_toml(path: str) -> dict:
+def _read_toml(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"config file {path} does not exist")
@@ -73,7 +73,7 @@ def _read_toml(path: str) -> dict:
         raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def _from_env(env: Mapping[str, str]) -> dict:
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     data: dict[str, Any] = {}
     s3_names = {env_name(k, "s3"): k for k in S3Settings.model_fields}
     scalar_names = {env_name(k): k for k in SCALAR_SETTINGS}
@@ -92,7 +92,8 @@ def _from_env(env: Mapping[str, str]) -> dict:
     return data
 
 
-def _apply(values: dict, s3: dict, tables: dict, data: Mapping[str, Any], source: str) -> None:
+def _apply(values: dict[str, Any], s3: dict[str, Any], tables: dict[str, Any], data: Mapping[str, Any],
+           source: str) -> None:
     for key, value in data.items():
         key = key.replace("-", "_")
         if key in tables:
@@ -113,7 +114,7 @@ def _apply(values: dict, s3: dict, tables: dict, data: Mapping[str, Any], source
             raise UsageError(f"{source}: unknown setting {key!r}")
 
 
-def _read(name: str, value, model, source: str):
+def _read(name: str, value: Any, model: Any, source: str) -> Any:
     """``value`` of setting ``name`` in its declared type, or a usage error naming the layer."""
     if value is None:
         return None
@@ -133,14 +134,14 @@ def _read(name: str, value, model, source: str):
     return str(value)
 
 
-def declared_type(annotation):
+def declared_type(annotation: Any) -> Any:
     """The type an annotation declares, without ``| None``."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1
     return args[0] if optional else annotation
 
 
-def _boolean(name: str, value, source: str) -> bool:
+def _boolean(name: str, value: Any, source: str) -> bool:
     if isinstance(value, bool):
         return value
     if str(value).lower() in ("1", "true", "yes", "on"):
@@ -150,7 +151,7 @@ def _boolean(name: str, value, source: str) -> bool:
     raise UsageError(f"{source}: {name} must be true or false, got {value!r}")
 
 
-def _whole_number(name: str, value, source: str, zero_allowed: bool) -> int:
+def _whole_number(name: str, value: Any, source: str, zero_allowed: bool) -> int:
     try:
         number = int(value)
     except (TypeError, ValueError):
@@ -162,7 +163,7 @@ def _whole_number(name: str, value, source: str, zero_allowed: bool) -> int:
     return number
 
 
-def _duration(name: str, value, kind):
+def _duration(name: str, value: Any, kind: Any) -> Any:
     """A duration setting (or the trigger, or compact_every 'off'), named by its flag in errors: a
     zero duration is a typo (or spins) unless the setting says zero means something."""
     if isinstance(value, kind):

@@ -13,7 +13,7 @@ import datetime as dt
 import enum
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -203,7 +203,7 @@ class Settings(BaseModel):
     def redacted(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in type(self).model_fields}
         data["s3"] = self.s3.model_dump()
-        return redact(data)
+        return cast(dict[str, Any], redact(data))
 
     def to_toml(self) -> str:
         """The effective settings as TOML, secrets redacted (``config show``); it loads back to
@@ -249,7 +249,7 @@ def default_jars_dir(cwd: Path | None = None, checkout: Path | None = None) -> P
     return beside if any((beside / "spark").glob("*.jar")) else here
 
 
-def _toml_value(value) -> str:
+def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

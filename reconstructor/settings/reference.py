@@ -21,12 +21,12 @@ def default_text(name: str) -> str:
     """A setting's default as the help and the README say it ('' when it has none)."""
     d = declaration(name)
     if d["shown"]:
-        return d["shown"]
+        return str(d["shown"])
     value = Settings.model_fields[name].get_default(call_default_factory=True)
     if value is None or value is False:
         return ""
     if isinstance(value, enum.Enum):
-        return value.value
+        return str(value.value)
     return duration_text(value) if hasattr(value, "total_seconds") else str(value)
 
 

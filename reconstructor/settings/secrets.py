@@ -5,6 +5,7 @@ the logs and ``--help`` only ever print settings through ``redact``."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # A setting holds a secret when a word of its name says so ("ssl.key.password", "fs.s3a.access.key",
 # "fs.azure.account.key.<account>", "spark.ssl.keyPassword"), unless its last word says the value is
@@ -27,7 +28,7 @@ _SYSTEM_PROPERTY = re.compile(r"""(?<!\S)(?P<quote>["'])?(?P<head>-D(?P<name>[^\
                               r"""(?(quote)(?:(?!(?P=quote)).)*|(?:"[^"]*"|'[^']*'|\S*))""")
 
 
-def redact(value, key: str = ""):
+def redact(value: Any, key: str = "") -> Any:
     """``value`` (a setting, or a table of them) as it may be printed: secrets as ``***``."""
     if isinstance(value, dict):
         return {k: redact(v, k) for k, v in value.items()}
