@@ -17,10 +17,17 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Spark's WARN lines (a stream falling behind its trigger, Delta's local checkpoints) would bury a
 # failing assertion in CI's output; errors still show.
 os.environ.setdefault("RECON_SPARK_LOG_LEVEL", "ERROR")
-# The Spark defaults of the drivers the tests start as processes (C1-compiled JVMs: see the file).
-# The worker's own SparkSession (the ``spark`` fixture) lives for the whole run and does without.
-SPARK_CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_conf")
-os.environ.setdefault("SPARK_CONF_DIR", SPARK_CONF_DIR)
+# The drivers (and executors) the tests start as processes compile with C1 alone: they live a
+# minute or two over small data, two test workers at a time on two cores, and C2's second
+# compilation of their hot code costs them more than it gives back (a quarter less CPU for the same
+# run; docs/performance-log.md, 2026-11-28).  Spark prepends ``defaultJavaOptions`` to a run's own
+# options; pyspark hands these arguments to the spark-submit that starts each driver, so the
+# classpath stays the one the class archive was made with (a SPARK_CONF_DIR would change it, and
+# the JVM would start without the archive).  The worker's own SparkSession (the ``spark`` fixture)
+# lives for the whole run, runs thousands of batches, and does without.
+SHORT_LIVED_JVMS = ("--conf spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1 "
+                    "--conf spark.executor.defaultJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell")
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", SHORT_LIVED_JVMS)
 
 
 # The files that take longest, with their seconds on a test worker in CI (rough: only their order
@@ -68,8 +75,9 @@ def spark(stack):
     from reconstructor.spark.engine import build_spark
     from workbench.smoke import local_s3
 
-    # The defaults for short-lived drivers stay out of this one, which lives as long as the worker.
-    conf_dir = os.environ.pop("SPARK_CONF_DIR", None) if os.environ.get("SPARK_CONF_DIR") == SPARK_CONF_DIR else None
+    # The options of short-lived drivers stay out of this one, which lives as long as the worker.
+    submit_args = (os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+                   if os.environ.get("PYSPARK_SUBMIT_ARGS") == SHORT_LIVED_JVMS else None)
     try:
         session = build_spark(
             "reconstructor-tests",
@@ -79,8 +87,8 @@ def spark(stack):
             conf={"spark.ui.enabled": "false", "spark.driver.memory": "3g"},
         )
     finally:
-        if conf_dir is not None:
-            os.environ["SPARK_CONF_DIR"] = conf_dir
+        if submit_args is not None:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
     yield session
     session.stop()
 
