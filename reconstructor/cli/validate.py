@@ -16,11 +16,8 @@ from reconstructor.spark.kafka_admin import SecurityRefused, broker_metadata, li
 
 
 def require(cfg: Settings, *names: Needed) -> None:
-    """Every one of ``names`` set, or one line naming the missing flags."""
-    missing = [n for n in names if getattr(cfg, n) in (None, "")]
-    if missing:
-        flags = ", ".join("--" + n.replace("_", "-") for n in missing)
-        raise UsageError(f"missing {flags} (or set it in --config / RECON_{missing[0].upper()})")
+    """Every one of ``names`` set, or one line naming the missing flags (``Settings.require``)."""
+    cfg.require(*names)
 
 
 def topic_pattern(pattern: str) -> str:

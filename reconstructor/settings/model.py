@@ -195,10 +195,15 @@ class Settings(BaseModel):
     def need(self, name: Needed) -> str:
         """A place the command cannot run without: the setting's value, or a ``UsageError`` naming
         its flag, its variable and the config file (the commands check theirs before they start)."""
-        value = getattr(self, name)
-        if not value:
-            raise UsageError(f"missing --{name.replace('_', '-')} (or set it in --config / RECON_{name.upper()})")
-        return str(value)
+        self.require(name)
+        return str(getattr(self, name))
+
+    def require(self, *names: Needed) -> None:
+        """Every one of ``names`` set, or one ``UsageError`` naming the missing flags."""
+        missing = [n for n in names if getattr(self, n) in (None, "")]
+        if missing:
+            flags = ", ".join("--" + n.replace("_", "-") for n in missing)
+            raise UsageError(f"missing {flags} (or set it in --config / RECON_{missing[0].upper()})")
 
     def redacted(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in type(self).model_fields}
