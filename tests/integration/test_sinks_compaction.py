@@ -86,8 +86,8 @@ def test_the_stream_keeps_committing_while_its_driver_compacts_closed_hours(spar
 
     now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     spec = FleetSpec(topic_prefix=f"sc{run_id}-sensor-", sensors=2, sessions_per_sensor=1, rows=10,
-                     updates=360, rows_per_update=1, seed=8, end_sessions=False,
-                     start=now - dt.timedelta(hours=4), step=dt.timedelta(seconds=30))
+                     updates=150, rows_per_update=1, seed=8, end_sessions=False,
+                     start=now - dt.timedelta(hours=1), step=dt.timedelta(seconds=24))  # one closed hour
     messages = list(plan_fleet(spec))
     create_topics(localstack.bootstrap_servers(), {t: 1 for t in spec.topics()})
     publish(SensorProducer(localstack.bootstrap_servers()), messages, {t: 1 for t in spec.topics()},
