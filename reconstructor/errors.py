@@ -28,7 +28,7 @@ class UsageError(ReconstructorError):
 
 class IntegrityViolationError(ReconstructorError):
     """The query stopped on a loss of integrity; the message is the violation's own line, and
-    ``violation`` the structured record (``reconstructor.core.IntegrityViolation``)."""
+    ``violation`` the structured record (``reconstructor.core.ViolationRecord``)."""
 
     exit_code = EXIT_INTEGRITY
 

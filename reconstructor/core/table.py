@@ -30,7 +30,7 @@ from reconstructor.core.frames import (
 )
 from reconstructor.core.policy import OnDrift
 from reconstructor.core.state import SessionState
-from reconstructor.core.violations import IntegrityViolation, ViolationKind, quoted
+from reconstructor.core.violations import ViolationKind, ViolationRecord, quoted
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ class RecordFinding:
         return cls(kind, int_or_none(record["partition"]), int_or_none(record["offset"]),
                    int_or_none(record["seq"]), detail)
 
-    def violation(self, topic: str, session: str | None) -> IntegrityViolation:
-        return IntegrityViolation(self.kind, topic, self.partition, self.offset, session,
+    def violation(self, topic: str, session: str | None) -> ViolationRecord:
+        return ViolationRecord(self.kind, topic, self.partition, self.offset, session,
                                   self.seq, self.seq, self.detail)
 
 

@@ -44,7 +44,7 @@ from reconstructor.core.seal import session_seal
 from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds, records_after
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
-from reconstructor.core.violations import IntegrityViolation
+from reconstructor.core.violations import ViolationRecord
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
 warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty or all-NA.*")
@@ -207,7 +207,7 @@ class SessionReconstructor:
         else:
             self._arm_timeout(state, seeded.status, has_table=True)
 
-    def _lost(self, topic: str, session: str, previous: SessionState | None) -> IntegrityViolation | None:
+    def _lost(self, topic: str, session: str, previous: SessionState | None) -> ViolationRecord | None:
         """The session's own ``DATA_LOSS`` row when a loss on its partition reaches it, else None."""
         if previous is None or not self.losses:
             return None

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.writer import batch_metadata
 from reconstructor.core.chain import HMAC_SHA256, ChainKey
-from reconstructor.core.violations import IntegrityViolation
+from reconstructor.core.violations import ViolationRecord
 from reconstructor.errors import RunAgain
 from reconstructor.metrics.batch import BatchCounts
 from reconstructor.spark.compaction import compact_live_tables
@@ -86,7 +86,7 @@ class DeltaSinks:
 
     # What a batch stopped on, for the driver to report as it is.
     @property
-    def violation(self) -> IntegrityViolation | None:
+    def violation(self) -> ViolationRecord | None:
         return self._stops.violation
 
     @property

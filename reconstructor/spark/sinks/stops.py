@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from reconstructor.core.violations import IntegrityViolation
+from reconstructor.core.violations import ViolationRecord
 from reconstructor.errors import IntegrityViolationError, RunAgain
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class BatchStops:
     #: longer holds the output's writer lease.
     lease_check: Callable[[], None] | None = None
     #: The violation a batch stopped on.
-    violation: IntegrityViolation | None = field(default=None, init=False)
+    violation: ViolationRecord | None = field(default=None, init=False)
     #: The error a batch stopped on that is not the engine's (a lost lease).
     stopped_by: Exception | None = field(default=None, init=False)
     #: Why the batch stopped to run again (losses newly recorded, a topic created again): the query
@@ -62,7 +62,7 @@ class BatchStops:
     def check_violation(self, violation: str | None) -> None:
         """Stop on the batch's first violation (its JSON, from the stats), if any."""
         if violation is not None:
-            self.violation = IntegrityViolation.from_json(violation)
+            self.violation = ViolationRecord.from_json(violation)
             raise IntegrityViolationError(self.violation)
 
     def check_lease(self) -> None:
