@@ -15,16 +15,20 @@ import logging
 import sys
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from reconstructor.cli import replay_plan, validate
 from reconstructor.cli.failures import explain
 from reconstructor.cli.progress import CatchUpProgress, batch_line
 from reconstructor.core.timestamps import parse_rfc3339
-from reconstructor.errors import ReconstructorError, RunAgain, StoppedBySignal, UsageError
+from reconstructor.errors import ReconstructorError, StoppedBySignal, UsageError
 from reconstructor.metrics.export import MetricsExport
 from reconstructor.settings import AVAILABLE_NOW, Settings, default_jars_dir, from_args
 from reconstructor.spark import driver_jvm
 from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
+
+if TYPE_CHECKING:
+    from reconstructor.spark.sinks.stops import RunAgain
 
 log = logging.getLogger("reconstructor")
 
@@ -162,9 +166,10 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
     recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
     while True:
         try:
-            _query(spark, cfg, restarts, progress, recorded, replay, metrics, signals, lease, seeds)
-            break
-        except RunAgain as again:  # not a failure: the batch runs again from the checkpoint
+            again = _query(spark, cfg, restarts, progress, recorded, replay, metrics, signals, lease, seeds)
+            if again is None:
+                break
+            # Not a failure: the batch runs again from the checkpoint.
             print(f"reconstructor: {again}", file=sys.stderr, flush=True)
         except StoppedBySignal:  # as asked: never restarted, whatever became of the JVM
             raise
@@ -189,13 +194,14 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
 
 def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, replay: bool,
            metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease=None,
-           seeds=None) -> None:
+           seeds=None) -> RunAgain | None:
+    """One query to its end; returns why it is to start again from its checkpoint, else None."""
     from reconstructor.spark.nothing_new import nothing_new
     from reconstructor.spark.pipeline import start
 
     if not replay and (line := nothing_new(spark, cfg, dt.datetime.now(dt.UTC))) is not None:
         print(f"reconstructor: {line}", file=sys.stderr, flush=True)
-        return
+        return None
     running = start(spark, cfg, replay=replay, on_counts=metrics.count if metrics is not None else None,
                     lease_check=lease.check if lease is not None else None,
                     lease_token=lease.token if lease is not None else None, session_seeds=seeds)
@@ -206,8 +212,8 @@ def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, r
         report(p)
 
     try:
-        running.await_termination(on_progress=on_progress,
-                                  stop=signals.request if signals is not None else None)
+        return running.await_termination(on_progress=on_progress,
+                                         stop=signals.request if signals is not None else None)
     finally:
         running.stop()
         if progress is not None:

@@ -26,7 +26,6 @@ from reconstructor.core.quarantine import await_resync, quarantine, resyncs_at_o
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import (
     Drift,
-    Rejected,
     apply_messages,
     apply_updates,
     columns_of,
@@ -35,6 +34,7 @@ from reconstructor.core.table import (
     snapshot_problem,
 )
 from reconstructor.core.violations import ViolationKind, ViolationRecord
+from reconstructor.errors import Rejected
 
 
 @dataclass
@@ -153,10 +153,11 @@ def _valid_prefix(topic: str, session: str | None, df: pd.DataFrame, state: Sess
         changes, table, drifts = apply_messages(valid, rows, table, schema, known=known, on_drift=policy.on_drift)
     except Rejected as rejected:
         # The refused record is the verdict; in quarantine mode the messages before it apply.
-        at = int(np.flatnonzero((msgs["partition"] == rejected.partition).to_numpy()
-                                & (msgs["offset"] == rejected.offset).to_numpy())[0])
-        violation = _with_value(rejected.violation(topic, session), msgs, at)
-        if not policy.quarantine or rejected.kind == ViolationKind.SNAPSHOT_DRIFT or at == skipped:
+        refused = rejected.finding
+        at = int(np.flatnonzero((msgs["partition"] == refused.partition).to_numpy()
+                                & (msgs["offset"] == refused.offset).to_numpy())[0])
+        violation = _with_value(refused.violation(topic, session), msgs, at)
+        if not policy.quarantine or refused.kind == ViolationKind.SNAPSHOT_DRIFT or at == skipped:
             return _Step(None, state, skipped, violation, rest=_from(df, msgs, at))
         cut, valid = at, msgs.iloc[skipped:at]
         table = state.table if state is not None else empty_table(schema).copy()

@@ -37,6 +37,7 @@ from reconstructor.spark.seal_rows import seal_sessions
 from reconstructor.spark.session_seeds import keep_seeds, kept_seeds
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.sinks.resync import ResyncRequests
+from reconstructor.spark.sinks.stops import RunAgain
 from reconstructor.spark.source import kafka_stream
 
 
@@ -69,8 +70,9 @@ class RunningPipeline:
         self.left_writing = False
 
     def await_termination(self, *, poll_s: float = 0.5, on_progress=None,
-                          stop: StopRequest | None = None) -> None:
+                          stop: StopRequest | None = None) -> RunAgain | None:
         """Wait for the query; turn its failure into an IntegrityViolationError or ReconstructorError.
+        Returns why the query is to start again from its checkpoint (``RunAgain``), else None.
 
         ``on_progress`` is called with each new progress dict (for progress display).  ``stop`` (a
         ``restarts.StopRequest``) is how a signal reaches the loop: it then waits for a batch in
@@ -105,7 +107,7 @@ class RunningPipeline:
             if self.sinks.violation is not None:
                 raise IntegrityViolationError(self.sinks.violation) from None
             if self.sinks.run_again is not None:
-                raise self.sinks.run_again from None
+                return self.sinks.run_again
             if self.sinks.stopped_by is not None:
                 raise self.sinks.stopped_by from None
             if stop is not None and stop.requested:  # the engine stopped under the signal
@@ -120,6 +122,7 @@ class RunningPipeline:
         finally:
             if stop is not None and not stop.requested:  # ended without a signal: one now ends the run
                 stop.awaiting = False
+        return None
 
     def _stop_on(self, stop: StopRequest, report) -> StoppedBySignal:
         """After a stop signal: wait for the batch in flight (if any) up to the grace, stop the query
