@@ -17,6 +17,7 @@ from reconstructor.core import ViolationKind, ViolationRecord
 from reconstructor.core.batch import process_batch
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
 from reconstructor.core.state import SessionStatus
+from reconstructor.core.step_spec import StepSpec, StepStart
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple, state_to_tuple
 from tests.support.groupstate import group_state as _group_state
 from tests.support.model import SCHEMA, Msg, to_frame
@@ -37,7 +38,7 @@ def call(fn, frames, gs) -> list[pd.DataFrame]:
 
 
 def test_one_frame_per_group_change_rows_then_the_session_row_in_the_change_rows_dtypes():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=7 * 86_400_000))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}},
                                                    {"id": "b", "values": {"reading_count": 7}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
@@ -75,7 +76,7 @@ def test_one_frame_per_group_change_rows_then_the_session_row_in_the_change_rows
 
 
 def test_a_timed_out_session_is_one_session_row_and_a_violation_one_violation_row():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=7 * 86_400_000))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
 
@@ -96,7 +97,7 @@ RETENTION_MS = 3_600_000
 
 
 def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_seq():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}},
                                                    {"id": "b", "values": {"status": "kept"}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
@@ -130,7 +131,7 @@ def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_s
 
 
 def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_session_is_after_end():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS))
     msgs = [Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {}}]), Msg(1, "end", offset=1)]
     ended = process_batch("sensor-1", "s1", [to_frame(msgs)], None, SCHEMA).state
     assert ended.status is SessionStatus.ENDED
@@ -150,8 +151,8 @@ def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_sessio
 
 
 def test_in_quarantine_mode_a_violation_is_recorded_rows_and_the_session_waits_for_its_resync():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
-                              policy=IntegrityPolicy(OnViolation.QUARANTINE))
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
+                                       policy=IntegrityPolicy(OnViolation.QUARANTINE)))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
     gap = typed(to_frame([Msg(1, "update", offset=1, rows=[{"id": "a", "values": {}}]),
@@ -189,8 +190,9 @@ def test_in_quarantine_mode_a_data_loss_on_its_partition_sets_a_session_aside_wh
     from reconstructor.core.data_loss import DataLoss
 
     loss = DataLoss("sensor-1", 0, 5, 8, "offsets 5..7 of sensor-1[0] were never processed and are gone")
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
-                              policy=IntegrityPolicy(OnViolation.QUARANTINE), losses={("sensor-1", 0): [loss]})
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
+                                       policy=IntegrityPolicy(OnViolation.QUARANTINE)),
+                              StepStart(losses={("sensor-1", 0): [loss]}))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
 
