@@ -1,9 +1,14 @@
-"""Errors that end a command, each with its exit code (see the design's exit codes)."""
+"""The product's one error family: every exception class it defines derives from
+``ReconstructorError`` here, with the exit code a command ends with when it escapes (see
+``docs/contract.md``'s exit codes).  A private exception that one module raises and catches itself
+may stay in that module, its docstring saying so.  Records (a violation, a batch that runs again)
+are dataclasses, never exceptions."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -28,7 +33,7 @@ class UsageError(ReconstructorError):
 
 class IntegrityViolationError(ReconstructorError):
     """The query stopped on a loss of integrity; the message is the violation's own line, and
-    ``violation`` the structured record (``reconstructor.core.IntegrityViolation``)."""
+    ``violation`` the structured record (``reconstructor.core.ViolationRecord``)."""
 
     exit_code = EXIT_INTEGRITY
 
@@ -37,22 +42,37 @@ class IntegrityViolationError(ReconstructorError):
         self.violation = violation
 
 
-class RunAgain(ReconstructorError):
-    """A micro-batch is to run again from the checkpoint, nothing of it written: it found a
-    ``DATA_LOSS`` the run had not recorded yet (quarantine mode: the batch runs again with the
-    sessions of the lost partitions told, ``reconstructor.spark.data_loss.LossRegistry``), or a
-    topic created again, which the batch then reads from its new first offset."""
+class SchemaError(UsageError, ValueError):
+    """A row schema that cannot be used (``contract.row_schema``), or a session's state whose row
+    types changed beyond a lossless cast (``core.blob``).  A ``ValueError`` too, so that a settings
+    validator that loads a schema reports it as a field's error."""
 
-    @classmethod
-    def after_losses(cls, losses) -> RunAgain:
-        where = ", ".join(f"{d.topic}[{d.partition}]" for d in losses)
-        return cls(f"DATA_LOSS on {where} recorded: the batch runs again, the sessions there are quarantined")
 
-    @classmethod
-    def to_reread(cls, partitions) -> RunAgain:
-        where = ", ".join(f"{t}[{p}]" for t, p in partitions)
-        return cls(f"{where} was deleted and created again after its sessions were done: the batch runs "
-                   f"again and reads it from its new first offset")
+class SecurityRefused(ReconstructorError):
+    """A broker answered, but the TLS or SASL handshake with it failed: ``reason`` is librdkafka's
+    (it names no secret)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class LeaseLost(ReconstructorError):
+    """The driver no longer holds the output's writer lease: it stops before its next write."""
+
+
+class Rejected(ReconstructorError):
+    """A record the session table refuses (a flawed snapshot, a delete of an unknown row).
+
+    Raised by the table operations (``core.table``) and caught where the verdict is made
+    (``core.batch``), which names ``finding`` (a ``core.table.RecordFinding``) as the violation of
+    its topic and session; it never leaves the core.  Were it to, it would be that violation."""
+
+    exit_code = EXIT_INTEGRITY
+
+    def __init__(self, finding: Any):  # a core.table.RecordFinding; the core imports this module
+        super().__init__(finding.detail)
+        self.finding = finding
 
 
 class DiscrepancyError(ReconstructorError):

@@ -127,8 +127,9 @@ class _Session:
     first_change: tuple[Any, ...] | None = None  # (offset, seq, type) of its first change in Kafka order
 
 
-class Found(Exception):
-    """Ends the walk at the first discrepancy."""
+class _Found(Exception):
+    """Private to this module: ends the walk at the first discrepancy, which ``Verification``
+    returns as a record (``Discrepancy``); it never leaves the module."""
 
     def __init__(self, discrepancy: Discrepancy):
         super().__init__(discrepancy.line())
@@ -191,7 +192,7 @@ class Verification:
             return None
         try:
             self._check_batch(batch)
-        except Found as found:
+        except _Found as found:
             return found.discrepancy
         if self._chain is None:
             self._chain = ChainCheck(row_kinds(batch.schema, self.names), self._chain_key)
@@ -207,7 +208,7 @@ class Verification:
         dup = keys.duplicated(CHANGE_KEY)
         if dup.any():
             r = keys[dup].iloc[0]
-            raise Found(Discrepancy(ROW_CHANGES, f"the change at partition {r.partition} offset {r.offset} "
+            raise _Found(Discrepancy(ROW_CHANGES, f"the change at partition {r.partition} offset {r.offset} "
                                     f"row_pos {r.row_pos} is logged twice", r.topic, r.session, int(r.seq), r.row_id))
         msgs = keys.drop_duplicates(["topic", "session", "partition", "offset"]).sort_values(
             ["topic", "session", "offset"], kind="stable")
@@ -218,16 +219,16 @@ class Verification:
         s = self._sessions.get((topic, session))
         seqs, offsets, types = msgs["seq"].to_numpy(), msgs["offset"].to_numpy(), msgs["type"].to_numpy()
         if s is None:
-            raise Found(Discrepancy(SESSIONS, "row_changes holds changes of this session; sessions has no row "
+            raise _Found(Discrepancy(SESSIONS, "row_changes holds changes of this session; sessions has no row "
                                     "for it", topic, session, int(seqs[0])))
         seen: dict[int, int] = {}
         for seq, offset, kind in zip(seqs.tolist(), offsets.tolist(), types.tolist()):
             if seq in seen or seq in s.seqs:
                 where = f"offsets {seen[seq]} and {offset}" if seq in seen else \
                     f"offset {offset} and in another hour partition"
-                raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} is logged twice ({where})", topic, session, seq))
+                raise _Found(Discrepancy(ROW_CHANGES, f"seq {seq} is logged twice ({where})", topic, session, seq))
             if s.last_seq is None or seq > s.last_seq:
-                raise Found(Discrepancy(ROW_CHANGES, f"seq {seq} lies past the session's last_seq "
+                raise _Found(Discrepancy(ROW_CHANGES, f"seq {seq} lies past the session's last_seq "
                                         f"{s.last_seq} in sessions", topic, session, seq))
             seen[seq] = offset
             if s.first_change is None or offset < s.first_change[0]:
@@ -240,14 +241,14 @@ class Verification:
         """The checks that need the whole change log folded."""
         try:
             if self._twice is not None:
-                raise Found(Discrepancy(SESSIONS, "the session has 2 rows; one per session", *self._twice))
+                raise _Found(Discrepancy(SESSIONS, "the session has 2 rows; one per session", *self._twice))
             self._check_chains()  # first: it names what was removed or altered, the others what differs
             self._check_seals()
             self._check_fleet()
             self._check_sessions()
             self._check_current_rows(current_rows)
             self._check_quarantine()
-        except Found as found:
+        except _Found as found:
             return found.discrepancy
         return None
 
@@ -256,7 +257,7 @@ class Verification:
             if s.first_change is not None:
                 offset, seq, kind = s.first_change
                 if kind != "snapshot" and (s.first_seq is None or seq <= s.first_seq):
-                    raise Found(Discrepancy(ROW_CHANGES, f"the session's first change (offset {offset}) is of "
+                    raise _Found(Discrepancy(ROW_CHANGES, f"the session's first change (offset {offset}) is of "
                                             f"a message of type {kind}, not a snapshot", topic, session, seq))
             if s.first_seq is not None and s.last_seq is not None:
                 recorded = self._recorded_seqs.get((topic, session), set())
@@ -266,25 +267,25 @@ class Verification:
                     self.summary.rowless_seqs += hi - lo + 1 - aside
             folded = len(self.fold.table(topic, session))
             if folded != s.row_count:
-                raise Found(Discrepancy(SESSIONS, f"row_count is {s.row_count:,}; row_changes folds to "
+                raise _Found(Discrepancy(SESSIONS, f"row_count is {s.row_count:,}; row_changes folds to "
                                         f"{folded:,} rows", topic, session, s.last_seq))
         for topic, session in self.fold.sessions():
             if (topic, session) not in self._sessions:  # a batch checks this too; the fold may be fed alone
-                raise Found(Discrepancy(SESSIONS, "row_changes holds changes of this session; sessions has "
+                raise _Found(Discrepancy(SESSIONS, "row_changes holds changes of this session; sessions has "
                                         "no row for it", topic, session))
 
     def _check_chains(self) -> None:
         chain = self._chain or ChainCheck([], self._chain_key)
         broken = chain.finish(self._heads)
         if broken is not None:
-            raise Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
+            raise _Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
         self.summary.chained_messages, self.summary.chains = chain.messages, chain.chains()
         self.summary.chain_scheme = self._chain_key.scheme
 
     def _check_seals(self) -> None:
         broken = self._seals.check()
         if broken is not None:
-            raise Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
+            raise _Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
         self.summary.sealed_sessions = self._seals.checked if self._seals.sealed else None
 
     def _check_fleet(self) -> None:
@@ -292,7 +293,7 @@ class Verification:
             return
         broken = self._fleet.check(self._seals.fleet_required)
         if broken is not None:
-            raise Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
+            raise _Found(Discrepancy(broken.table, broken.detail, broken.topic, broken.session, broken.seq))
         seal = self._fleet.seal
         self.summary.fleet = ("none (no batch of a release that seals the fleet wrote the output)" if seal is None
                               else f"{_count(seal.sessions.rows, 'session row')} and "
@@ -307,10 +308,10 @@ class Verification:
             s = self._sessions.get(key)
             if s is None or s.status != SessionStatus.OPEN.value:
                 status = "unknown" if s is None else s.status
-                raise Found(Discrepancy(CURRENT_ROWS, f"a row of a session that is {status} in sessions; only "
+                raise _Found(Discrepancy(CURRENT_ROWS, f"a row of a session that is {status} in sessions; only "
                                         "open sessions have rows here", *key, r["seq"], r["row_id"]))
             if r["row_id"] in live[key]:
-                raise Found(Discrepancy(CURRENT_ROWS, "the row is held twice; one per row", *key, r["seq"],
+                raise _Found(Discrepancy(CURRENT_ROWS, "the row is held twice; one per row", *key, r["seq"],
                                         r["row_id"]))
             live[key][r["row_id"]] = r
         for key, s in sorted(self._sessions.items()):
@@ -320,15 +321,15 @@ class Verification:
             table = self.fold.table(*key)
             for rid in sorted(set(table) | set(held)):
                 if rid not in held:
-                    raise Found(Discrepancy(CURRENT_ROWS, "row missing: row_changes folds to it", *key,
+                    raise _Found(Discrepancy(CURRENT_ROWS, "row missing: row_changes folds to it", *key,
                                             folded[rid].seq, rid))
                 if rid not in table:
                     change = folded.get(rid)
                     why = f"deleted at seq {change.seq} in row_changes" if change else "never in row_changes"
-                    raise Found(Discrepancy(CURRENT_ROWS, f"row present here but {why}", *key, held[rid]["seq"], rid))
+                    raise _Found(Discrepancy(CURRENT_ROWS, f"row present here but {why}", *key, held[rid]["seq"], rid))
                 for name, value in zip(self.names, table[rid]):
                     if not same_value(held[rid].get(name), value):
-                        raise Found(Discrepancy(CURRENT_ROWS, f"{name} is {quoted(held[rid].get(name))} here, "
+                        raise _Found(Discrepancy(CURRENT_ROWS, f"{name} is {quoted(held[rid].get(name))} here, "
                                                 f"{quoted(value)} in row_changes", *key, folded[rid].seq, rid))
                 self._check_row_position(key, s, rid, held[rid], folded[rid])
 
@@ -344,7 +345,7 @@ class Verification:
                  and (s.last_seq is None or seq <= s.last_seq) and (s.last_offset is None or offset <= s.last_offset))
         if not later:
             name, value, logged = ("seq", seq, last.seq) if seq != last.seq else ("offset", offset, last.offset)
-            raise Found(Discrepancy(CURRENT_ROWS, f"{name} is {value!r} here, {logged!r} in row_changes", *key,
+            raise _Found(Discrepancy(CURRENT_ROWS, f"{name} is {value!r} here, {logged!r} in row_changes", *key,
                                     last.seq, rid))
 
     def _check_quarantine(self) -> None:
@@ -355,7 +356,7 @@ class Verification:
             causes = [v for v in self._causes.get(key, ()) if v["partition"] != s.partition
                       or s.last_offset is None or v["offset"] >= s.last_offset]
             if not causes:
-                raise Found(Discrepancy(VIOLATIONS, "the session is quarantined, but no violation row of it lies "
+                raise _Found(Discrepancy(VIOLATIONS, "the session is quarantined, but no violation row of it lies "
                                         f"at or after its last applied offset {s.last_offset}", *key, s.last_seq))
         for v in self._violations:
             if v["kind"] != SKIPPED:
@@ -366,5 +367,5 @@ class Verification:
                 continue
             if not any(c["partition"] != v["partition"] or c["offset"] < v["offset"]
                        for c in self._causes.get(key, ())):
-                raise Found(Discrepancy(VIOLATIONS, f"a SKIPPED record (offset {v['offset']}) of a session that "
+                raise _Found(Discrepancy(VIOLATIONS, f"a SKIPPED record (offset {v['offset']}) of a session that "
                                         "no violation row quarantined", *key, v["found_seq"]))

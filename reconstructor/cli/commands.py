@@ -15,16 +15,21 @@ import logging
 import sys
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from reconstructor.cli import replay_plan, validate
 from reconstructor.cli.failures import explain
 from reconstructor.cli.progress import CatchUpProgress, batch_line
 from reconstructor.core.timestamps import parse_rfc3339
-from reconstructor.errors import ReconstructorError, RunAgain, StoppedBySignal, UsageError
+from reconstructor.errors import ReconstructorError, StoppedBySignal, UsageError
 from reconstructor.metrics.export import MetricsExport
 from reconstructor.settings import AVAILABLE_NOW, Settings, default_jars_dir, from_args
 from reconstructor.spark import driver_jvm
 from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
+
+if TYPE_CHECKING:
+    from reconstructor.core.step_spec import StepStart
+    from reconstructor.spark.sinks.stops import RunAgain
 
 log = logging.getLogger("reconstructor")
 
@@ -67,20 +72,22 @@ def _validated_stream(cfg: Settings) -> None:
 
 
 def _stream(cfg: Settings, app: str, progress=None, *, replay: bool = False,
-            restarts: Restarts | None = None, signals: StopSignals | None = None, seeds=None) -> int:
+            restarts: Restarts | None = None, signals: StopSignals | None = None,
+            step_start: StepStart | None = None) -> int:
     """Open the metrics' port and log (``--metrics-*``), then ``_stream_into`` them; close them
     however the run ends."""
     metrics = MetricsExport.open(cfg.metrics_host, cfg.metrics_port, cfg.metrics_log)
     try:
         return _stream_into(cfg, app, progress, metrics, replay=replay, restarts=restarts,
-                            signals=signals or _stop_signals(), seeds=seeds)
+                            signals=signals or _stop_signals(), step_start=step_start)
     finally:
         if metrics is not None:
             metrics.close()
 
 
 def _stream_into(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *,
-                 replay: bool, restarts: Restarts | None, signals: StopSignals, seeds=None) -> int:
+                 replay: bool, restarts: Restarts | None, signals: StopSignals,
+                 step_start: StepStart | None = None) -> int:
     """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
     after a transient failure (the checks before Spark starts run once: a restart only starts).
     SIGINT and SIGTERM (``signals``) stop it, never to restart (``StopRequest``)."""
@@ -91,7 +98,7 @@ def _stream_into(cfg: Settings, app: str, progress, metrics: MetricsExport | Non
     try:
         _output_chain_key(cfg)
         return _stream_leased(cfg, app, progress, metrics, replay=replay, restarts=restarts,
-                              signals=signals, lease=lease, seeds=seeds)
+                              signals=signals, lease=lease, step_start=step_start)
     finally:
         if lease is not None:
             lease.release()
@@ -138,7 +145,7 @@ def _output_chain_key(cfg: Settings) -> None:
 
 
 def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *, replay: bool,
-                   restarts: Restarts | None, signals: StopSignals, lease, seeds=None) -> int:
+                   restarts: Restarts | None, signals: StopSignals, lease, step_start: StepStart | None = None) -> int:
     spark = _spark(cfg, app, signals)
     listener = None
     if metrics is not None:  # one listener for the run: restarted queries report to it too
@@ -148,7 +155,7 @@ def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | N
         spark.streams.addListener(listener)
     try:
         return _stream_restarting(spark, cfg, progress, metrics, replay=replay,
-                                  restarts=restarts, signals=signals, lease=lease, seeds=seeds)
+                                  restarts=restarts, signals=signals, lease=lease, step_start=step_start)
     finally:
         # A caller that runs commands in one process keeps no stale listener (a JVM gone keeps none).
         if listener is not None and driver_jvm.exit_status(spark) is None:
@@ -156,15 +163,17 @@ def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | N
 
 
 def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | None, *, replay: bool,
-                       restarts: Restarts | None, signals: StopSignals, lease, seeds=None) -> int:
+                       restarts: Restarts | None, signals: StopSignals, lease,
+                       step_start: StepStart | None = None) -> int:
     """The query, started again from its checkpoint after each failure the restart policy allows."""
     restarts = restarts or Restarts(0, cfg.restart_backoff)
     recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
     while True:
         try:
-            _query(spark, cfg, restarts, progress, recorded, replay, metrics, signals, lease, seeds)
-            break
-        except RunAgain as again:  # not a failure: the batch runs again from the checkpoint
+            again = _query(spark, cfg, restarts, progress, recorded, replay, metrics, signals, lease, step_start)
+            if again is None:
+                break
+            # Not a failure: the batch runs again from the checkpoint.
             print(f"reconstructor: {again}", file=sys.stderr, flush=True)
         except StoppedBySignal:  # as asked: never restarted, whatever became of the JVM
             raise
@@ -189,16 +198,17 @@ def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | 
 
 def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, replay: bool,
            metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease=None,
-           seeds=None) -> None:
+           step_start: StepStart | None = None) -> RunAgain | None:
+    """One query to its end; returns why it is to start again from its checkpoint, else None."""
     from reconstructor.spark.nothing_new import nothing_new
     from reconstructor.spark.pipeline import start
 
     if not replay and (line := nothing_new(spark, cfg, dt.datetime.now(dt.UTC))) is not None:
         print(f"reconstructor: {line}", file=sys.stderr, flush=True)
-        return
+        return None
     running = start(spark, cfg, replay=replay, on_counts=metrics.count if metrics is not None else None,
                     lease_check=lease.check if lease is not None else None,
-                    lease_token=lease.token if lease is not None else None, session_seeds=seeds)
+                    lease_token=lease.token if lease is not None else None, step_start=step_start)
     report = progress or functools.partial(_log_progress, running.sinks.recorded, cfg)
 
     def on_progress(p: dict) -> None:
@@ -206,8 +216,8 @@ def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, r
         report(p)
 
     try:
-        running.await_termination(on_progress=on_progress,
-                                  stop=signals.request if signals is not None else None)
+        return running.await_termination(on_progress=on_progress,
+                                         stop=signals.request if signals is not None else None)
     finally:
         running.stop()
         if progress is not None:
@@ -301,15 +311,18 @@ def replay(args) -> int:
     if not cfg.checkpoint and cfg.output:
         cfg.checkpoint = f"{cfg.output.rstrip('/')}/_checkpoints/replay-{uuid.uuid4().hex[:8]}"
     validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
-    seeds = None  # the sessions a replay from the last snapshots starts from the tables (core.seed)
+    step_start = None  # what a replay from the last snapshots adds to the step (core.step_spec)
     if args.from_offsets:
         offsets = validate.offsets_within(validate.starting_offsets(args.from_offsets), cfg.need("topic_pattern"))
     elif args.from_timestamp:
         offsets = replay_plan.offsets_for_timestamp(cfg, args.from_timestamp)
     else:
+        from reconstructor.core.step_spec import StepStart
+
         offsets, seeds = replay_plan.plan_from_last_snapshot(_spark(cfg, "reconstructor-replay-plan", signals), cfg)
-        # Sessions whose snapshot lies after their partition's start see updates first.
-        cfg.await_snapshot = True
+        # The sessions it does not rebuild start from the tables; those whose snapshot lies after
+        # their partition's start see updates first, and await it.
+        step_start = StepStart(session_seeds=seeds, await_snapshot=True)
     cfg.starting_offsets = offsets
     cfg.trigger = AVAILABLE_NOW
     _validated_stream(cfg)
@@ -318,7 +331,7 @@ def replay(args) -> int:
     print(f"replaying from {offsets} into {cfg.output} (checkpoint {cfg.checkpoint}{left_alone})",
           file=sys.stderr)
     return _stream(cfg, "reconstructor-replay", progress=CatchUpProgress(starting=offsets),
-                   replay=True, signals=signals, seeds=seeds)
+                   replay=True, signals=signals, step_start=step_start)
 
 
 def compact(args) -> int:

@@ -9,10 +9,10 @@ import socket
 from pathlib import Path
 
 from reconstructor.cli.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
-from reconstructor.contract.row_schema import RowSchema, SchemaError
-from reconstructor.errors import UsageError
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.errors import SchemaError, SecurityRefused, UsageError
 from reconstructor.settings import SAFE_VACUUM_RETENTION, Needed, Settings, duration_text
-from reconstructor.spark.kafka_admin import SecurityRefused, broker_metadata, librdkafka_settings
+from reconstructor.spark.kafka_admin import broker_metadata, librdkafka_settings
 
 
 def require(cfg: Settings, *names: Needed) -> None:

@@ -25,19 +25,15 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, verdict
-from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.errors import LeaseLost, ReconstructorError, UsageError
 from reconstructor.settings import S3Settings
 
-__all__ = ["FileLeaseStore", "LeaseLost", "LeaseStore", "S3LeaseStore", "WriterLease", "lease_store"]
+__all__ = ["FileLeaseStore", "LeaseStore", "S3LeaseStore", "WriterLease", "lease_store"]
 
 log = logging.getLogger("reconstructor")
 
 #: The lease's object under the output root, beside the tables.
 LEASE_NAME = "_reconstructor/writer.lease"
-
-
-class LeaseLost(ReconstructorError):
-    """The driver no longer holds the output's lease: it stops before its next write."""
 
 
 class LeaseStore(Protocol):

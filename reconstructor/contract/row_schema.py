@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from reconstructor.errors import SchemaError
+
 #: Column types a row schema may use, and the JSON value types each accepts.
 TYPES = ("string", "double", "long", "boolean", "timestamp")
 
@@ -49,10 +51,6 @@ RESERVED_NAMES = frozenset({
 
 
 DEFAULT_SCHEMA = "demo_sensor"
-
-
-class SchemaError(ValueError):
-    """A row schema file that cannot be used, with the file named."""
 
 
 @dataclass(frozen=True)

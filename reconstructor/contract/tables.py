@@ -192,7 +192,7 @@ VIOLATIONS_FIELDS = (
     ("value", "STRING"), ("detected_at", "TIMESTAMP"),
 )
 
-#: A recorded row's ``info``: the violation as JSON (``IntegrityViolation.to_json``).
+#: A recorded row's ``info``: the violation as JSON (``ViolationRecord.to_json``).
 VIOLATION_INFO_DDL = ("kind STRING, topic STRING, partition INT, offset BIGINT, session STRING, "
                       "expected_seq BIGINT, found_seq BIGINT, detail STRING, value STRING")
 

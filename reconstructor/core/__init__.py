@@ -11,6 +11,6 @@ or per message) and avoids pandas copies that are not needed (no-op casts, frame
 concats where a column's values will do).
 """
 
-from reconstructor.core.violations import IntegrityViolation, ViolationKind
+from reconstructor.core.violations import ViolationKind, ViolationRecord
 
-__all__ = ["IntegrityViolation", "ViolationKind"]
+__all__ = ["ViolationKind", "ViolationRecord"]

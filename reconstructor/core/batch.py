@@ -26,7 +26,6 @@ from reconstructor.core.quarantine import await_resync, quarantine, resyncs_at_o
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import (
     Drift,
-    Rejected,
     apply_messages,
     apply_updates,
     columns_of,
@@ -34,7 +33,8 @@ from reconstructor.core.table import (
     empty_table,
     snapshot_problem,
 )
-from reconstructor.core.violations import IntegrityViolation, ViolationKind
+from reconstructor.core.violations import ViolationKind, ViolationRecord
+from reconstructor.errors import Rejected
 
 
 @dataclass
@@ -44,11 +44,11 @@ class BatchResult:
     #: session would be built only to be taken apart again.  ``changes`` is the same as a frame.
     columns: dict[str, Any]
     state: SessionState | None
-    violation: IntegrityViolation | None = None
+    violation: ViolationRecord | None = None
     skipped: int = 0  # messages skipped while awaiting a snapshot
     #: What goes to the ``violations`` table, in Kafka order: snapshot drifts, and in quarantine
     #: mode the violations and the records set aside.
-    recorded: list[IntegrityViolation] = field(default_factory=list)
+    recorded: list[ViolationRecord] = field(default_factory=list)
 
     @functools.cached_property
     def changes(self) -> pd.DataFrame:
@@ -88,7 +88,7 @@ def apply_in_kafka_order(topic: str, session: str | None, df: pd.DataFrame, stat
     """
     if session is None and policy.quarantine:
         return BatchResult(columns_of(empty_changes(schema)), state, recorded=unnamed_records(topic, df))
-    recorded: list[IntegrityViolation] = []
+    recorded: list[ViolationRecord] = []
     pieces: list[pd.DataFrame] = []
     current, skipped = state, 0
     rest: pd.DataFrame | None = df
@@ -134,7 +134,7 @@ class _Step:
     changes: pd.DataFrame | None
     state: SessionState | None
     skipped: int = 0
-    violation: IntegrityViolation | None = None
+    violation: ViolationRecord | None = None
     drifts: list[Drift] = field(default_factory=list)
     rest: pd.DataFrame | None = None
 
@@ -153,10 +153,11 @@ def _valid_prefix(topic: str, session: str | None, df: pd.DataFrame, state: Sess
         changes, table, drifts = apply_messages(valid, rows, table, schema, known=known, on_drift=policy.on_drift)
     except Rejected as rejected:
         # The refused record is the verdict; in quarantine mode the messages before it apply.
-        at = int(np.flatnonzero((msgs["partition"] == rejected.partition).to_numpy()
-                                & (msgs["offset"] == rejected.offset).to_numpy())[0])
-        violation = _with_value(rejected.violation(topic, session), msgs, at)
-        if not policy.quarantine or rejected.kind == ViolationKind.SNAPSHOT_DRIFT or at == skipped:
+        refused = rejected.finding
+        at = int(np.flatnonzero((msgs["partition"] == refused.partition).to_numpy()
+                                & (msgs["offset"] == refused.offset).to_numpy())[0])
+        violation = _with_value(refused.violation(topic, session), msgs, at)
+        if not policy.quarantine or refused.kind == ViolationKind.SNAPSHOT_DRIFT or at == skipped:
             return _Step(None, state, skipped, violation, rest=_from(df, msgs, at))
         cut, valid = at, msgs.iloc[skipped:at]
         table = state.table if state is not None else empty_table(schema).copy()
@@ -187,7 +188,7 @@ def _from(df: pd.DataFrame, msgs: pd.DataFrame, cut: int) -> pd.DataFrame | None
 
 
 
-def _with_value(v: IntegrityViolation | None, msgs: pd.DataFrame, at: int) -> IntegrityViolation | None:
+def _with_value(v: ViolationRecord | None, msgs: pd.DataFrame, at: int) -> ViolationRecord | None:
     """``v`` with the raw value of its record (``msgs``' row ``at``), where the stream carries
     values (quarantine mode).  A drift keeps none: its snapshot is the whole table."""
     if v is None or VALUE not in msgs:
@@ -313,7 +314,7 @@ def _has_null(s: pd.Series) -> bool:
     return s.dtype.kind not in "iub" and bool(s.isna().any())
 
 
-def _fail(schema: RowSchema, state: SessionState | None, v: IntegrityViolation) -> BatchResult:
+def _fail(schema: RowSchema, state: SessionState | None, v: ViolationRecord) -> BatchResult:
     return BatchResult(columns_of(empty_changes(schema)), state, violation=v)
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from reconstructor.contract.row_schema import RowSchema, SchemaError
+from reconstructor.contract.row_schema import RowSchema
+from reconstructor.errors import SchemaError
 
 # A table of fewer rows than this is written uncompressed: for a few hundred rows zstd costs more
 # than the rest of the dump and load together, and Spark compresses the state store's changelog

@@ -18,7 +18,7 @@ import pandas as pd
 
 from reconstructor.core.frames import int_or_none
 from reconstructor.core.state import SessionState, SessionStatus
-from reconstructor.core.violations import IntegrityViolation, ViolationKind, quoted
+from reconstructor.core.violations import ViolationKind, ViolationRecord, quoted
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Continuity:
     #: Where the valid prefix ends: the first record that breaks a rule, or ``len(messages)``.
     cut: int
     #: The violation at ``cut``, None when every message from ``skipped`` on is valid.
-    violation: IntegrityViolation | None
+    violation: ViolationRecord | None
 
 
 def check_continuity(topic: str, session: str | None, df: pd.DataFrame, state: SessionState | None,
@@ -195,6 +195,6 @@ def kafka_order(df: pd.DataFrame, state: SessionState | None) -> tuple[pd.DataFr
 
 
 def _violation(kind: ViolationKind, topic: str, session: str | None, row: Any, expected: int | None,
-               detail: str) -> IntegrityViolation:
-    return IntegrityViolation(kind, topic, int_or_none(row["partition"]), int_or_none(row["offset"]),
+               detail: str) -> ViolationRecord:
+    return ViolationRecord(kind, topic, int_or_none(row["partition"]), int_or_none(row["offset"]),
                               session, expected, int_or_none(row["seq"]), detail)

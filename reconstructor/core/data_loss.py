@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from reconstructor.core.state import SessionState, SessionStatus
-from reconstructor.core.violations import IntegrityViolation, ViolationKind
+from reconstructor.core.violations import ViolationKind, ViolationRecord
 
 __all__ = ["DataLoss", "Offsets", "find_data_loss", "loss_reaching", "losses_from_json", "losses_to_json",
            "offsets_from_log", "offsets_without", "recreated_partitions", "settle_recreated"]
@@ -74,16 +74,16 @@ class DataLoss:
     earliest: int | None
     detail: str
 
-    def violation(self) -> IntegrityViolation:
+    def violation(self) -> ViolationRecord:
         """The loss as one record: the line a run stops on, or the partition's row in ``violations``
         (quarantine mode)."""
-        return IntegrityViolation(ViolationKind.DATA_LOSS, self.topic, self.partition, self.first, None,
+        return ViolationRecord(ViolationKind.DATA_LOSS, self.topic, self.partition, self.first, None,
                                   None, None, self.detail)
 
-    def violation_for(self, session: str, state: SessionState) -> IntegrityViolation:
+    def violation_for(self, session: str, state: SessionState) -> ViolationRecord:
         """The loss as one session's own ``violations`` row (quarantine mode): its next seq expected."""
         expected = None if state.last_seq is None else state.last_seq + 1
-        return IntegrityViolation(ViolationKind.DATA_LOSS, self.topic, self.partition, self.first, session,
+        return ViolationRecord(ViolationKind.DATA_LOSS, self.topic, self.partition, self.first, session,
                                   expected, None, self.detail)
 
 

@@ -25,12 +25,12 @@ from reconstructor.core.continuity import kafka_order
 from reconstructor.core.frames import VALUE, int_or_none
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.table import empty_table, snapshot_problem
-from reconstructor.core.violations import IntegrityViolation, ViolationKind
+from reconstructor.core.violations import ViolationKind, ViolationRecord
 
 SET_ASIDE = "set aside: the session is quarantined until its next snapshot"
 
 
-def quarantine(state: SessionState | None, v: IntegrityViolation, schema: RowSchema) -> SessionState:
+def quarantine(state: SessionState | None, v: ViolationRecord, schema: RowSchema) -> SessionState:
     """The session after violation ``v``: quarantined, its table and seqs as last applied (none
     when nothing of it ever applied)."""
     if state is not None:
@@ -43,7 +43,7 @@ def quarantine(state: SessionState | None, v: IntegrityViolation, schema: RowSch
 
 
 def await_resync(topic: str, session: str | None, df: pd.DataFrame, state: SessionState, schema: RowSchema,
-                 ) -> tuple[pd.DataFrame | None, SessionState, list[IntegrityViolation]]:
+                 ) -> tuple[pd.DataFrame | None, SessionState, list[ViolationRecord]]:
     """Set aside a quarantined session's records up to its next well-formed snapshot on its
     partition: (the rows from that snapshot on, or None; the state to check them against; the
     records set aside).  The state to check against is open with the snapshot's seq next, so the
@@ -57,7 +57,7 @@ def await_resync(topic: str, session: str | None, df: pd.DataFrame, state: Sessi
             replace(state, status=SessionStatus.OPEN, last_seq=int(msgs["seq"].iloc[resync]) - 1), aside)
 
 
-def resyncs_at_once(df: pd.DataFrame, v: IntegrityViolation, state: SessionState) -> bool:
+def resyncs_at_once(df: pd.DataFrame, v: ViolationRecord, state: SessionState) -> bool:
     """Whether the record of violation ``v`` (the first of ``df`` in Kafka order) resyncs the
     session it just quarantined: a GAP on a well-formed snapshot.  The snapshot is the whole table,
     newer than anything lost, so nothing is gained by waiting for the next one; a DUPLICATE
@@ -84,7 +84,7 @@ def _first_resync(df: pd.DataFrame, msgs: pd.DataFrame, bad: pd.Series, state: S
 
 
 def set_aside(topic: str, session: str | None, df: pd.DataFrame | None, state: SessionState,
-              kind: ViolationKind, detail: str) -> list[IntegrityViolation]:
+              kind: ViolationKind, detail: str) -> list[ViolationRecord]:
     """Every record of ``df`` recorded as ``kind`` with ``detail``, in Kafka order."""
     if df is None or df.empty:
         return []
@@ -92,7 +92,7 @@ def set_aside(topic: str, session: str | None, df: pd.DataFrame | None, state: S
     return _records(topic, session, msgs, bad, kind, detail)
 
 
-def unnamed_records(topic: str, df: pd.DataFrame) -> list[IntegrityViolation]:
+def unnamed_records(topic: str, df: pd.DataFrame) -> list[ViolationRecord]:
     """Records that name no session (no key and no session in the value): each is ``MALFORMED``
     with a null session; there is no session to quarantine."""
     msgs, bad = kafka_order(df, None)
@@ -106,13 +106,13 @@ def rows_of(df: pd.DataFrame, msgs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _records(topic: str, session: str | None, msgs: pd.DataFrame, bad: pd.Series, kind: ViolationKind,
-             detail: str) -> list[IntegrityViolation]:
+             detail: str) -> list[ViolationRecord]:
     """One recorded row per message; a malformed one says why it is malformed, too."""
     values = msgs[VALUE].to_numpy() if VALUE in msgs else [None] * len(msgs)
     out = []
     for partition, offset, seq, why, value in zip(msgs["partition"], msgs["offset"], msgs["seq"],
                                                   bad.to_numpy(), values):
         text = detail if why is None else (why if kind == ViolationKind.MALFORMED else f"{detail} (malformed: {why})")
-        out.append(IntegrityViolation(kind, topic, int_or_none(partition), int_or_none(offset), session, None,
+        out.append(ViolationRecord(kind, topic, int_or_none(partition), int_or_none(offset), session, None,
                                       int_or_none(seq), text, None if value is None or pd.isna(value) else str(value)))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,8 @@ from reconstructor.core.frames import (
 )
 from reconstructor.core.policy import OnDrift
 from reconstructor.core.state import SessionState
-from reconstructor.core.violations import IntegrityViolation, ViolationKind, quoted
+from reconstructor.core.violations import ViolationKind, ViolationRecord, quoted
+from reconstructor.errors import Rejected
 
 
 @dataclass(frozen=True)
@@ -44,22 +45,14 @@ class RecordFinding:
     detail: str
 
     @classmethod
-    def at(cls, kind: ViolationKind, record: Any, detail: str) -> Any:
+    def at(cls, kind: ViolationKind, record: Any, detail: str) -> Self:
         """The finding about ``record`` (a message or change row, or its values by column name)."""
         return cls(kind, int_or_none(record["partition"]), int_or_none(record["offset"]),
                    int_or_none(record["seq"]), detail)
 
-    def violation(self, topic: str, session: str | None) -> IntegrityViolation:
-        return IntegrityViolation(self.kind, topic, self.partition, self.offset, session,
-                                  self.seq, self.seq, self.detail)
-
-
-class Rejected(RecordFinding, Exception):
-    """A record the session table refuses (a flawed snapshot, a delete of an unknown row).
-
-    Raised by the table operations and caught where the verdict is made: the batch names it as
-    the violation of its topic and session.
-    """
+    def violation(self, topic: str, session: str | None) -> ViolationRecord:
+        return ViolationRecord(self.kind, topic, self.partition, self.offset, session,
+                               self.seq, self.seq, self.detail)
 
 
 class Drift(RecordFinding):
@@ -94,12 +87,12 @@ def apply_messages(msgs: pd.DataFrame, rows: pd.DataFrame, table: pd.DataFrame, 
             snap_rows = seg_rows[seg_rows["seq"] == head["seq"]]
             problem = snapshot_problem(snap_rows)
             if problem is not None:
-                raise Rejected.at(ViolationKind.MALFORMED, head, problem)
+                raise Rejected(RecordFinding.at(ViolationKind.MALFORMED, head, problem))
             if known and on_drift != OnDrift.IGNORE:
                 drift = snapshot_drift(table, snap_rows, names)
                 if drift is not None:
                     if on_drift == OnDrift.FAIL:  # the drift is then the query's violation
-                        raise Rejected.at(ViolationKind.SNAPSHOT_DRIFT, head, drift)
+                        raise Rejected(RecordFinding.at(ViolationKind.SNAPSHOT_DRIFT, head, drift))
                     drifts.append(Drift.at(ViolationKind.SNAPSHOT_DRIFT, head, drift))
             known = True
             new_ids = pd.Index(snap_rows["row_id"])
@@ -142,8 +135,9 @@ def apply_updates(ops: Any, table: pd.DataFrame | pa.Table, names: list[str]) ->
         unknown = np.flatnonzero(is_delete & ~existed)
         if unknown.size:
             bad = {name: values[int(unknown[0])] for name, values in ops.items()}
-            raise Rejected.at(ViolationKind.UNKNOWN_ROW, bad,
-                              f"delete of row {quoted(bad['row_id'])}, which is not in the session's table")
+            raise Rejected(RecordFinding.at(ViolationKind.UNKNOWN_ROW, bad,
+                                            f"delete of row {quoted(bad['row_id'])}, which is not in the "
+                                            "session's table"))
     # Positions, and the new table built once from its columns: a frame-level filter, column pick
     # and concat cost a copy each.
     final = np.flatnonzero(~ids.duplicated(keep="last"))

@@ -67,8 +67,11 @@ def _fmt(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class IntegrityViolation(Exception):
-    """The first loss of integrity in a micro-batch; the query stops on it.
+class ViolationRecord:
+    """A record the rules refused, or set aside (``SKIPPED``): what the ``violations`` table holds,
+    and, for the first loss of integrity of a batch in fail mode, what the query stops on (the
+    driver raises ``reconstructor.errors.IntegrityViolationError`` with it).  A record, never
+    raised.
 
     ``str()`` is the design's message: ``INTEGRITY VIOLATION <KIND>`` then the record's topic,
     partition, offset, session, the expected and the found seq, then what was wrong, on one line.
@@ -105,6 +108,6 @@ class IntegrityViolation(Exception):
         return json.dumps({**asdict(self), "kind": self.kind.value})
 
     @classmethod
-    def from_json(cls, text: str) -> IntegrityViolation:
+    def from_json(cls, text: str) -> ViolationRecord:
         data = json.loads(text)
         return cls(**{**data, "kind": ViolationKind(data["kind"])})

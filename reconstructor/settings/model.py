@@ -13,7 +13,7 @@ import datetime as dt
 import enum
 import json
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,10 @@ from reconstructor.core.resync import DEFAULT_RESYNC_INTERVAL
 from reconstructor.errors import UsageError
 from reconstructor.settings.durations import AVAILABLE_NOW, SAFE_VACUUM_RETENTION, Duration, Trigger, duration_text
 from reconstructor.settings.secrets import redact
+
+if TYPE_CHECKING:
+    from reconstructor.contract.row_schema import RowSchema
+    from reconstructor.core.step_spec import StepSpec
 
 # Records per micro-batch unless set.  A batch pays a fixed cost (three Delta transactions, the
 # state store commit) whatever its size, so larger batches cost less per update; but a first run
@@ -192,6 +196,14 @@ class Settings(BaseModel):
     def policy(self) -> IntegrityPolicy:
         return IntegrityPolicy(self.on_violation, self.on_drift)
 
+    def step_spec(self, schema: RowSchema) -> StepSpec:
+        """The stateful step's spec (``core.step_spec``), the same for both engines."""
+        from reconstructor.core.step_spec import StepSpec  # it loads Arrow, which --help does without
+
+        return StepSpec(schema, session_timeout_ms=_ms(self.session_timeout),
+                        state_retention_ms=_ms(self.state_retention), await_snapshot=self.await_snapshot,
+                        policy=self.policy(), chain_key=self.chain_key or None)
+
     def need(self, name: Needed) -> str:
         """A place the command cannot run without: the setting's value, or a ``UsageError`` naming
         its flag, its variable and the config file (the commands check theirs before they start)."""
@@ -264,3 +276,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return json.dumps(value.value)
     return json.dumps(str(value))
+
+
+def _ms(duration: dt.timedelta) -> int:
+    return duration // dt.timedelta(milliseconds=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 
 from reconstructor.contract.writer import CheckpointState
-from reconstructor.core.chain import ChainKey
+from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
 from reconstructor.errors import UsageError
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
@@ -56,9 +56,9 @@ def parse_for(engine: StatefulEngine, kafka: DataFrame, schema, *, keep_values: 
                          nested_rows=StatefulEngine(engine) == StatefulEngine.JVM)
 
 
-def reconstruct_with(engine: StatefulEngine, records: DataFrame, schema, *, chain_key: str | None,
-                     **options) -> DataFrame:
-    """The stateful step's output records under ``engine`` (``stateful.reconstruct``'s options)."""
+def reconstruct_with(engine: StatefulEngine, records: DataFrame, spec: StepSpec,
+                     start: StepStart = NO_START) -> DataFrame:
+    """The stateful step's output records under ``engine``, both configured by one spec."""
     if StatefulEngine(engine) == StatefulEngine.JVM:
-        return reconstruct_jvm(records, schema, chain_key=chain_key, **options)
-    return reconstruct(records, schema, chain_key=ChainKey(chain_key), **options)
+        return reconstruct_jvm(records, spec, start)
+    return reconstruct(records, spec, start)

@@ -13,16 +13,12 @@ specification: a differential property test runs both over the same streams.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from typing import Any, cast
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
-from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import STATE_DDL, records_ddl
-from reconstructor.core.chain import ChainSeed
-from reconstructor.core.data_loss import DataLoss
-from reconstructor.core.policy import STRICT, IntegrityPolicy
-from reconstructor.core.seed import NO_SEEDS, SessionSeeds
+from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
 from reconstructor.core.timestamps import RFC3339_PATTERN
 from reconstructor.errors import UsageError
 from reconstructor.spark.engine import PROJECT_JAR
@@ -31,27 +27,28 @@ from reconstructor.spark.parse import TS_RANGE_TEXT, TS_RANGE_US
 
 #: The engine jar's file name in the Spark jars folder, and the version of it this code speaks to.
 ENGINE_JAR = PROJECT_JAR  # the engine ships in the project's jar
-ENGINE_VERSION = "3"
+ENGINE_VERSION = "4"
 
 
-def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapshot: bool, state_retention_ms: int,
-                    policy: IntegrityPolicy, losses: Mapping[tuple[str, int], list[DataLoss]] | None,
-                    chain_key: str | None, chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None,
-                    session_seeds: SessionSeeds | None = None) -> str:
-    """What the JVM's ``EngineSettings`` reads, as JSON."""
+def engine_json(spec: StepSpec, start: StepStart = NO_START) -> str:
+    """The step's spec and what its start adds, as the JSON document the JVM's ``EngineSettings``
+    reads (versioned: the engine refuses another version's).  It carries the chain key: never log
+    it."""
+    schema = spec.schema
     return json.dumps({
+        "version": ENGINE_VERSION,
         "schema_name": schema.name,
         "columns": [[c.name, c.type] for c in schema.columns],
-        "session_timeout_ms": int(session_timeout_ms),
-        "state_retention_ms": int(state_retention_ms),
-        "await_snapshot": bool(await_snapshot),
-        "on_violation": policy.on_violation.value,
-        "on_drift": policy.on_drift.value,
+        "session_timeout_ms": spec.session_timeout_ms,
+        "state_retention_ms": spec.state_retention_ms,
+        "await_snapshot": spec.awaits_snapshot(start),
+        "on_violation": spec.policy.on_violation.value,
+        "on_drift": spec.policy.on_drift.value,
         "losses": [[d.topic, d.partition, d.first, d.earliest, d.detail]
-                   for found in (losses or {}).values() for d in found],
-        "chain_key": chain_key or None,
-        "chain_seeds": [[t, s, int(q), seed.prev, seed.digest] for (t, s, q), seed in (chain_seeds or {}).items()],
-        "session_seeds": json.loads((session_seeds or NO_SEEDS).to_json()),
+                   for found in start.losses.values() for d in found],
+        "chain_key": spec.chain_key,
+        "chain_seeds": [[t, s, int(q), seed.prev, seed.digest] for (t, s, q), seed in start.chain_seeds.items()],
+        "session_seeds": json.loads(start.session_seeds.to_json()),
         "state_ddl": STATE_DDL,
         "records_ddl": records_ddl(schema),
         "timestamp_pattern": RFC3339_PATTERN,
@@ -60,18 +57,18 @@ def engine_settings(schema: RowSchema, *, session_timeout_ms: int, await_snapsho
     })
 
 
-def reconstruct_jvm(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int, await_snapshot: bool = False,
-                    state_retention_ms: int, policy: IntegrityPolicy = STRICT,
-                    losses: Mapping[tuple[str, int], list[DataLoss]] | None = None, chain_key: str | None = None,
-                    chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None,
-                    session_seeds: SessionSeeds | None = None) -> DataFrame:
+def reconstruct_jvm(records: DataFrame, spec: StepSpec, start: StepStart = NO_START) -> DataFrame:
     """Group the parsed records by ``(topic, session)`` and rebuild each on the JVM."""
     spark = records.sparkSession
     engine = _engine_class(spark)
-    settings = engine_settings(schema, session_timeout_ms=session_timeout_ms, await_snapshot=await_snapshot,
-                               state_retention_ms=state_retention_ms, policy=policy, losses=losses,
-                               chain_key=chain_key, chain_seeds=chain_seeds, session_seeds=session_seeds)
-    return DataFrame(engine.reconstruct(records._jdf, settings), spark)
+    return DataFrame(engine.reconstruct(records._jdf, engine_json(spec, start)), spark)
+
+
+def jvm_reading(spark: SparkSession, spec: StepSpec, start: StepStart = NO_START) -> dict[str, Any]:
+    """What the JVM engine's ``EngineSettings`` read from the spec's document, field by field
+    (``Engine.describe``; the chain key as its SHA-256, never the key), for the test that holds
+    the two sides equal."""
+    return cast(dict[str, Any], json.loads(_engine_class(spark).describe(engine_json(spec, start))))
 
 
 def _engine_class(spark):

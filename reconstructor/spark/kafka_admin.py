@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from reconstructor.errors import UsageError
+from reconstructor.errors import SecurityRefused, UsageError
 
 
 class _Silent:
@@ -81,15 +81,6 @@ def librdkafka_settings(kafka_options: Mapping[str, str]) -> dict[str, str]:
 def admin_client(bootstrap: str, **conf: Any) -> AdminClient:
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _Silent(), **conf}
     return AdminClient(settings)
-
-
-class SecurityRefused(KafkaException):
-    """A broker answered, but the TLS or SASL handshake with it failed: ``reason`` is librdkafka's
-    (it names no secret)."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 _SECURITY_CODES = frozenset({KafkaError._SSL, KafkaError._AUTHENTICATION})

@@ -12,6 +12,7 @@ import logging
 import sys
 import threading
 import time
+from dataclasses import replace
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -19,7 +20,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.chain import ChainKey
-from reconstructor.core.seed import NO_SEEDS, SessionSeeds
+from reconstructor.core.seed import NO_SEEDS
+from reconstructor.core.step_spec import NO_START, StepStart
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
 from reconstructor.settings import Settings
 from reconstructor.spark.catalog import comment_tables, register_tables
@@ -37,6 +39,7 @@ from reconstructor.spark.seal_rows import seal_sessions
 from reconstructor.spark.session_seeds import keep_seeds, kept_seeds
 from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.sinks.resync import ResyncRequests
+from reconstructor.spark.sinks.stops import RunAgain
 from reconstructor.spark.source import kafka_stream
 
 
@@ -69,8 +72,9 @@ class RunningPipeline:
         self.left_writing = False
 
     def await_termination(self, *, poll_s: float = 0.5, on_progress=None,
-                          stop: StopRequest | None = None) -> None:
+                          stop: StopRequest | None = None) -> RunAgain | None:
         """Wait for the query; turn its failure into an IntegrityViolationError or ReconstructorError.
+        Returns why the query is to start again from its checkpoint (``RunAgain``), else None.
 
         ``on_progress`` is called with each new progress dict (for progress display).  ``stop`` (a
         ``restarts.StopRequest``) is how a signal reaches the loop: it then waits for a batch in
@@ -105,7 +109,7 @@ class RunningPipeline:
             if self.sinks.violation is not None:
                 raise IntegrityViolationError(self.sinks.violation) from None
             if self.sinks.run_again is not None:
-                raise self.sinks.run_again from None
+                return self.sinks.run_again
             if self.sinks.stopped_by is not None:
                 raise self.sinks.stopped_by from None
             if stop is not None and stop.requested:  # the engine stopped under the signal
@@ -120,6 +124,7 @@ class RunningPipeline:
         finally:
             if stop is not None and not stop.requested:  # ended without a signal: one now ends the run
                 stop.awaiting = False
+        return None
 
     def _stop_on(self, stop: StopRequest, report) -> StoppedBySignal:
         """After a stop signal: wait for the batch in flight (if any) up to the grace, stop the query
@@ -214,14 +219,15 @@ def _bounded(call, seconds: float, stop: StopRequest | None = None) -> None:
 def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
           replay: bool = False, vacuum_in_stream: bool = True, on_counts=None,
           lease_check=None, lease_token: str | None = None,
-          session_seeds: SessionSeeds | None = None) -> RunningPipeline:
+          step_start: StepStart | None = None) -> RunningPipeline:
     """Start the query ``cfg`` describes (and its compactor, when ``cfg.compact_every`` is set).
 
     A replay (``replay``) inserts a row change only if the output lacks it, may write any writer's
     tables on a checkpoint of its own (no committed batch), and is recorded as a replay, not as
     the writer.  ``on_counts`` is told each written batch's ``BatchCounts`` (metrics).  A replay's
-    ``session_seeds`` (``core.seed``) are kept in its checkpoint, and a run on that checkpoint
-    starts from those that still apply.
+    ``step_start`` (``core.step_spec.StepStart``) names the sessions it seeds from the tables
+    (``core.seed``), kept in its checkpoint so that a run on that checkpoint starts from those that
+    still apply, and whether it awaits each session's snapshot.
     """
     schema = RowSchema.load(cfg.row_schema)
     policy = cfg.policy()
@@ -246,11 +252,12 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     if cfg.catalog:  # the names need the tables: created (or found) first
         sinks.await_tables()
         _catalog(spark, cfg, schema, replay)
+    step_start = step_start if step_start is not None else NO_START
     if replay:  # in its own checkpoint only now, once the checks let it write there
-        keep_seeds(spark, cfg.need("checkpoint"), session_seeds or NO_SEEDS)
+        keep_seeds(spark, cfg.need("checkpoint"), step_start.session_seeds)
     else:
-        session_seeds = kept_seeds(spark, cfg.need("checkpoint"))
-    out = _reconstructed(spark, cfg, schema, registry, replay, session_seeds)
+        step_start = replace(step_start, session_seeds=kept_seeds(spark, cfg.need("checkpoint")) or NO_SEEDS)
+    out = _reconstructed(spark, cfg, schema, registry, replay, step_start)
     record_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
     record_output(spark, checkpoint, cfg.need("output"))
     writer = _writer(out, sinks, cfg, query_name)
@@ -280,7 +287,7 @@ def _catalog(spark: SparkSession, cfg: Settings, schema: RowSchema, replay: bool
 
 
 def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, registry: LossRegistry | None,
-                   replay: bool, session_seeds: SessionSeeds | None = None) -> DataFrame:
+                   replay: bool, step_start: StepStart) -> DataFrame:
     """The records the stateful step emits: Kafka read, parsed, and each session rebuilt."""
     policy = cfg.policy()
     raw = kafka_stream(
@@ -292,16 +299,11 @@ def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, regist
         kafka_options=dict(cfg.kafka),
         assign_offsets=replay,  # a replay reads exactly the partitions its plan names
     )
-    return reconstruct_with(cfg.engine, parse_for(cfg.engine, raw, schema, keep_values=policy.quarantine), schema,
-                            session_timeout_ms=_ms(cfg.session_timeout),
-                            await_snapshot=cfg.await_snapshot,
-                            state_retention_ms=_ms(cfg.state_retention),
-                            policy=policy,
-                            losses=registry.by_partition() if registry is not None else None,
-                            chain_key=cfg.chain_key,
-                            chain_seeds=(chain_seeds(spark, cfg.need("output"), cfg.need("topic_pattern"))
-                                            if replay else None),
-                            session_seeds=session_seeds or None)
+    start = replace(step_start,
+                    losses=registry.by_partition() if registry is not None else {},
+                    chain_seeds=chain_seeds(spark, cfg.need("output"), cfg.need("topic_pattern")) if replay else {})
+    return reconstruct_with(cfg.engine, parse_for(cfg.engine, raw, schema, keep_values=policy.quarantine),
+                            cfg.step_spec(schema), start)
 
 
 def _writer(out: DataFrame, sinks: DeltaSinks, cfg: Settings, query_name: str | None):

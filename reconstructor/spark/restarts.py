@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from reconstructor.errors import IntegrityViolationError, StoppedBySignal, UsageError
+from reconstructor.errors import IntegrityViolationError, LeaseLost, StoppedBySignal, UsageError
 from reconstructor.settings.durations import Trigger
 
 #: Restarts a continuous run allows in a row (an available-now run allows none unless set).
@@ -49,8 +49,6 @@ def transient(exc: BaseException) -> bool:
     A violation is in the data and a usage error in the settings: both fail again the same way.
     A lost writer lease means another driver writes the output now.
     A signal (SIGINT, SIGTERM), an interrupt or SystemExit is the operator's wish to stop."""
-    from reconstructor.contract.lease import LeaseLost
-
     return isinstance(exc, Exception) and not isinstance(
         exc, (IntegrityViolationError, UsageError, StoppedBySignal, LeaseLost))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -35,23 +35,19 @@ from reconstructor.contract.tables import (
 )
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import chain_head, dump_table, read_table
-from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, ChainSeed, chain_session
+from reconstructor.core.chain import CHAIN_START, ChainSeed, chain_session
 from reconstructor.core.data_loss import DataLoss, loss_reaching
 from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, nullable_longs
-from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.quarantine import quarantine
 from reconstructor.core.seal import session_seal
-from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds, records_after
+from reconstructor.core.seed import SessionSeed, records_after
 from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
-from reconstructor.core.violations import IntegrityViolation
+from reconstructor.core.violations import ViolationRecord
 
 # pyspark's serializer concatenates our output frames, some with all-null columns by design.
 warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty or all-NA.*")
-
-# How long a silent session's state is kept after its timeout, unless configured: a week.
-DEFAULT_STATE_RETENTION_MS = 7 * 86_400_000
-
 
 def _us(ts) -> int | None:
     if ts is None or pd.isna(ts):
@@ -108,7 +104,8 @@ def _with(row: tuple, **fields) -> tuple:
 
 
 class SessionReconstructor:
-    """The state function, picklable, configured once per query.
+    """The state function, picklable, configured once per query by the step's spec and what the
+    query's start adds (``core.step_spec``).
 
     A session silent for ``session_timeout_ms`` times out but forgets nothing: an open one keeps
     its table (status ``timed_out``; it resumes exactly with its next seq), an ended one keeps its
@@ -121,21 +118,18 @@ class SessionReconstructor:
     applied record (``core.data_loss.loss_reaching``).
     """
 
-    def __init__(self, schema: RowSchema, session_timeout_ms: int, await_snapshot: bool = False,
-                 state_retention_ms: int = DEFAULT_STATE_RETENTION_MS, policy: IntegrityPolicy = STRICT,
-                 losses: Mapping[tuple[str, int], list[DataLoss]] | None = None,
-                 chain_key: ChainKey = NO_KEY, chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None,
-                 session_seeds: SessionSeeds | None = None):
-        self.losses = dict(losses or {})
-        self.chain_key = chain_key
-        self.chain_seeds = dict(chain_seeds or {})
-        self.session_seeds = session_seeds or NO_SEEDS
+    def __init__(self, spec: StepSpec, start: StepStart = NO_START):
+        schema = spec.schema
+        self.losses: dict[tuple[str, int], list[DataLoss]] = dict(start.losses)
+        self.chain_key = spec.key
+        self.chain_seeds: dict[tuple[str, str, int], ChainSeed] = dict(start.chain_seeds)
+        self.session_seeds = start.session_seeds
         self.row_types = [(c.name, c.type) for c in schema.columns]
         self.schema = schema
-        self.timeout_ms = int(session_timeout_ms)
-        self.retention_ms = int(state_retention_ms)
-        self.await_snapshot = await_snapshot
-        self.policy = policy
+        self.timeout_ms = spec.session_timeout_ms
+        self.retention_ms = spec.state_retention_ms
+        self.await_snapshot = spec.awaits_snapshot(start)
+        self.policy = spec.policy
         self.columns = column_names(RECORD_FIELDS, schema)
         self._no_changes = {**columns_of(empty_changes(schema)), "chain_prev": np.empty(0, dtype=object),
                             "chain_digest": np.empty(0, dtype=object)}
@@ -207,7 +201,7 @@ class SessionReconstructor:
         else:
             self._arm_timeout(state, seeded.status, has_table=True)
 
-    def _lost(self, topic: str, session: str, previous: SessionState | None) -> IntegrityViolation | None:
+    def _lost(self, topic: str, session: str, previous: SessionState | None) -> ViolationRecord | None:
         """The session's own ``DATA_LOSS`` row when a loss on its partition reaches it, else None."""
         if previous is None or not self.losses:
             return None
@@ -323,26 +317,19 @@ def _plus_one(values, value):
 _NULL = {"O": None, "f": np.nan, "M": np.datetime64("NaT")}  # by numpy dtype kind
 
 
-def reconstruct(records: DataFrame, schema: RowSchema, *, session_timeout_ms: int,
-                await_snapshot: bool = False,
-                state_retention_ms: int = DEFAULT_STATE_RETENTION_MS,
-                policy: IntegrityPolicy = STRICT,
-                losses: Mapping[tuple[str, int], list[DataLoss]] | None = None,
-                chain_key: ChainKey = NO_KEY,
-                chain_seeds: Mapping[tuple[str, str, int], ChainSeed] | None = None,
-                session_seeds: SessionSeeds | None = None) -> DataFrame:
+def reconstruct(records: DataFrame, spec: StepSpec, start: StepStart = NO_START) -> DataFrame:
     """Group parsed records by ``(topic, session)`` and run the state function over them.
 
     In quarantine mode the records carry their raw value (``parse_records(keep_values=True)``) for
-    the ``violations`` table, and ``losses`` (the checkpoint's recorded ``DATA_LOSS``) reach the
-    sessions of their partitions.  Each change carries its message's digest (``core.chain``,
-    HMACs with ``chain_key``); a replay's ``chain_seeds`` give the snapshots it starts sessions at
-    the digests the tables hold for them (``core.chain.ChainSeed``), and its ``session_seeds`` start
-    the sessions it does not rebuild from Kafka where the tables hold them (``core.seed``)."""
-    fn = SessionReconstructor(schema, session_timeout_ms, await_snapshot, state_retention_ms, policy,
-                              losses=losses, chain_key=chain_key, chain_seeds=chain_seeds,
-                              session_seeds=session_seeds)
-    inputs = reconstruct_inputs(records, schema, with_values=policy.quarantine)
+    the ``violations`` table, and ``start.losses`` (the checkpoint's recorded ``DATA_LOSS``) reach
+    the sessions of their partitions.  Each change carries its message's digest (``core.chain``,
+    HMACs with the spec's chain key); a replay's ``start.chain_seeds`` give the snapshots it starts
+    sessions at the digests the tables hold for them (``core.chain.ChainSeed``), and its
+    ``start.session_seeds`` start the sessions it does not rebuild from Kafka where the tables hold
+    them (``core.seed``)."""
+    schema = spec.schema
+    fn = SessionReconstructor(spec, start)
+    inputs = reconstruct_inputs(records, schema, with_values=spec.policy.quarantine)
     return inputs.groupBy("topic", "group_session").applyInPandasWithState(
         fn,
         outputStructType=records_ddl(schema),

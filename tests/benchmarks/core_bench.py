@@ -17,6 +17,7 @@ import time
 
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, load_table, read_table
+from reconstructor.core.step_spec import StepSpec
 from tests.support.model import SCHEMA, Msg, split_rows, to_frame
 
 
@@ -106,7 +107,7 @@ def worker_groups(args, rng: random.Random) -> None:
     group.insert(0, "topic", "t")
     arrow = pa.RecordBatch.from_pandas(pd.concat([group] * args.sessions, ignore_index=True),
                                        preserve_index=False)
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=7 * 86_400_000))
     t0 = time.perf_counter()
     out, states = [], []
     for i in range(args.sessions):

@@ -397,9 +397,7 @@ def _floor_variant(spark, name: str, pattern: str, root: Path, max_offsets: int)
         # vouched messages reached it whole (the jar reads either).
         engine = STATEFUL_STEPS[name]
         records = parsed if name == "jvm-engine-exploded" else parse_for(engine, raw, schema, keep_values=False)
-        frame = reconstruct_with(engine, records, schema, chain_key=None,
-                                 session_timeout_ms=int(defaults.session_timeout.total_seconds() * 1000),
-                                 state_retention_ms=int(defaults.state_retention.total_seconds() * 1000))
+        frame = reconstruct_with(engine, records, defaults.step_spec(schema))
     else:
         raise ValueError(f"unknown floor variant {name!r}")
     return _noop_run(spark, frame, root), {}

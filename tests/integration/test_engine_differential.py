@@ -22,6 +22,8 @@ is two engines' streaming queries, 10 to 15 seconds); ``make fuzz`` runs 40 on a
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -44,7 +46,8 @@ from reconstructor.core import blob, jvm_blob
 from reconstructor.core.chain import ChainSeed
 from reconstructor.core.data_loss import DataLoss
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
-from reconstructor.core.seed import SessionSeed, SessionSeeds
+from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds
+from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
 from reconstructor.core.violations import quoted
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.engines import parse_for, reconstruct_with
@@ -80,10 +83,12 @@ class Scenario:
         return (f"Scenario({len(self.batches)} batches of {[len(b) for b in self.batches]} records, restarts "
                 f"{sorted(self.restarts)}, {self.policy}, await_snapshot={self.await_snapshot})")
 
-    def options(self) -> dict:
-        return dict(session_timeout_ms=3_600_000, state_retention_ms=7 * 86_400_000, policy=self.policy,
-                    await_snapshot=self.await_snapshot, chain_key=self.chain_key, chain_seeds=self.chain_seeds,
-                    losses=self.losses if self.policy.quarantine else None, session_seeds=self.session_seeds)
+    def step(self) -> tuple[StepSpec, StepStart]:
+        """The spec both engines take, and what the query's start adds."""
+        return (StepSpec(SCHEMA, session_timeout_ms=3_600_000, state_retention_ms=7 * 86_400_000,
+                         policy=self.policy, await_snapshot=self.await_snapshot, chain_key=self.chain_key),
+                StepStart(losses=self.losses if self.policy.quarantine else {}, chain_seeds=self.chain_seeds,
+                          session_seeds=self.session_seeds or NO_SEEDS))
 
 
 @st.composite
@@ -184,8 +189,8 @@ def reconstructed(spark, engine: StatefulEngine, sc: Scenario, inputs: str):
     """The stateful step's records under ``engine`` over a file source of ``inputs`` with the Kafka
     source's columns, one micro-batch per file, as the product's query parses and rebuilds them."""
     source = spark.readStream.schema(KAFKA_DDL).option("maxFilesPerTrigger", 1).parquet(inputs)
-    return reconstruct_with(engine, parse_for(engine, source, SCHEMA, keep_values=sc.policy.quarantine), SCHEMA,
-                            **sc.options())
+    return reconstruct_with(engine, parse_for(engine, source, SCHEMA, keep_values=sc.policy.quarantine),
+                            *sc.step())
 
 
 def start_available_now(spark, out, each_batch, checkpoint: str):
@@ -444,3 +449,107 @@ def test_the_jvm_engine_quotes_an_id_as_the_core_does(java_quoted, s):
     """A violation's detail quotes row ids, keys and sessions; which letters are escaped is the
     contract's fixed list, the same in both engines whatever Unicode version either runtime knows."""
     assert java_quoted(s) == quoted(s), ascii(s)
+
+
+# -- One spec: the JVM reads the Python StepSpec and StepStart field by field -------------------
+
+#: Each field of the Python spec and start -> the keys of the JVM's reading that show it.  Every
+#: field is here: a field added to the spec fails this test until the JVM reads it too.
+SPEC_READING = {
+    "schema": ("schema_name", "columns"),
+    "session_timeout_ms": ("session_timeout_ms",),
+    "state_retention_ms": ("state_retention_ms",),
+    "await_snapshot": ("await_snapshot",),
+    "policy": ("on_violation", "on_drift"),
+    "chain_key": ("chain_key_sha256",),
+}
+START_READING = {
+    "losses": ("losses",),
+    "chain_seeds": ("chain_seeds",),
+    "session_seeds": ("session_seeds",),
+    "await_snapshot": ("await_snapshot",),
+}
+#: What the document carries beside the spec: the contract's constants, which the JVM takes from it.
+CONTRACT_READING = ("version", "state_ddl", "records_ddl", "timestamp_pattern", "time_range_us", "time_range_text")
+
+
+def python_reading(spec: StepSpec, start: StepStart) -> dict:
+    """What the JVM must read from ``engine_json(spec, start)``, from the Python definitions."""
+    from reconstructor.contract.tables import STATE_DDL, records_ddl
+    from reconstructor.core.timestamps import RFC3339_PATTERN
+    from reconstructor.spark.jvm_engine import ENGINE_VERSION
+    from reconstructor.spark.parse import TS_RANGE_TEXT, TS_RANGE_US
+
+    key = spec.chain_key
+    return {
+        "version": ENGINE_VERSION,
+        "schema_name": spec.schema.name,
+        "columns": [[c.name, c.type] for c in spec.schema.columns],
+        "session_timeout_ms": spec.session_timeout_ms,
+        "state_retention_ms": spec.state_retention_ms,
+        "await_snapshot": spec.awaits_snapshot(start),
+        "on_violation": spec.policy.on_violation.value,
+        "on_drift": spec.policy.on_drift.value,
+        "chain_key_sha256": hashlib.sha256(key.encode("utf-8")).hexdigest() if key else None,
+        "losses": sorted([d.topic, d.partition, d.first, d.detail] for found in start.losses.values() for d in found),
+        "chain_seeds": sorted([t, s, q, seed.prev, seed.digest] for (t, s, q), seed in start.chain_seeds.items()),
+        "session_seeds": sorted(
+            [t, s, seed.partition, seed.status.value, seed.first_seq, seed.last_seq, seed.last_offset,
+             seed.snapshot_seq, seed.snapshot_offset, seed.started_us, seed.last_event_us, seed.chain_head,
+             seed.expires_ms, len(seed.rows)]
+            for (t, s), seed in start.session_seeds.by_session.items()),
+        "state_ddl": STATE_DDL,
+        "records_ddl": records_ddl(spec.schema),
+        "timestamp_pattern": RFC3339_PATTERN,
+        "time_range_us": TS_RANGE_US,
+        "time_range_text": TS_RANGE_TEXT,
+    }
+
+
+def _full_start(await_snapshot: bool) -> StepStart:
+    """A start with every field set (none at its default but ``await_snapshot``)."""
+    row = {"status": "timed_out", "partition": 1, "first_seq": 3, "last_seq": 9, "last_offset": 40,
+           "snapshot_seq": 3, "snapshot_offset": 31, "started_us": 1_700_000_000_000_000,
+           "last_event_us": 1_700_000_000_000_001, "chain_head": "sha256:" + "ef" * 32}
+    rows = {"r1": (1.5, None, 50.0, "ok", 2**62, 1_700_000_000_123_456), "r2": (None, None, None, None, -1, None)}
+    seeds = SessionSeeds(tuple(SCHEMA.names), {(TOPIC, "s-seeded"): SessionSeed.from_tables(row, rows, 10**15)})
+    return StepStart(
+        losses={(TOPIC, 1): [DataLoss(TOPIC, 1, 12, 20, "offsets 12..19 were never processed"),
+                             DataLoss(TOPIC, 1, 30, 31, "offset 30 was never processed")]},
+        chain_seeds={(TOPIC, "s-linked", 4): ChainSeed("", "sha256:" + "ab" * 32)},
+        session_seeds=seeds, await_snapshot=await_snapshot)
+
+
+def test_the_jvm_engine_reads_the_python_step_spec_field_by_field(spark):
+    from reconstructor.spark.jvm_engine import engine_json, jvm_reading
+
+    covered = set(SPEC_READING.values()) | set(START_READING.values())
+    assert set(SPEC_READING) == {f.name for f in dataclasses.fields(StepSpec)}
+    assert set(START_READING) == {f.name for f in dataclasses.fields(StepStart)}
+    assert {k for keys in covered for k in keys} | set(CONTRACT_READING) == set(python_reading(
+        StepSpec(SCHEMA, 1, 1), NO_START))
+    cases = [
+        (StepSpec(SCHEMA, session_timeout_ms=123_000, state_retention_ms=456_000_000, await_snapshot=True,
+                  policy=IntegrityPolicy(OnViolation.QUARANTINE, OnDrift.FAIL), chain_key="k\u00e9y 1"),
+         _full_start(await_snapshot=False)),
+        (StepSpec(SCHEMA, session_timeout_ms=1, state_retention_ms=2, policy=IntegrityPolicy(OnViolation.FAIL, OnDrift.IGNORE)),
+         _full_start(await_snapshot=True)),
+        (StepSpec(SCHEMA, session_timeout_ms=3_600_000, state_retention_ms=7 * 86_400_000), NO_START),
+    ]
+    for spec, start in cases:
+        assert jvm_reading(spark, spec, start) == python_reading(spec, start), (spec, start)
+        # The key is in the document the JVM reads, and never in the spec's repr.
+        if spec.chain_key:
+            assert spec.chain_key in engine_json(spec, start) and spec.chain_key not in repr(spec)
+
+
+def test_the_jvm_engine_refuses_a_spec_of_another_version(spark):
+    from py4j.protocol import Py4JJavaError
+
+    from reconstructor.spark.jvm_engine import engine_json
+    from reconstructor.spark.jvm_gateway import jvm_of
+
+    doc = json.loads(engine_json(StepSpec(SCHEMA, 1, 1)))
+    doc["version"] = "0"
+    with pytest.raises(Py4JJavaError, match="engine settings of version"):
+        jvm_of(spark).reconstructor.jvm.Engine.describe(json.dumps(doc))

@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
+from reconstructor.core.step_spec import StepSpec
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.spark.parse import parse_records
 from reconstructor.spark.stateful import reconstruct
@@ -651,8 +652,9 @@ def run_step(spark, records: list[Record]) -> list:
     rows = [(TOPIC, r.partition, r.offset, r.kafka_ts, r.key, r.value) for r in records]
     spark.createDataFrame(rows, KAFKA_DDL).coalesce(1).write.parquet(f"{root}/in")
     source = spark.readStream.schema(KAFKA_DDL).parquet(f"{root}/in")
-    out = reconstruct(parse_records(source, SCHEMA, keep_values=True), SCHEMA,
-                      session_timeout_ms=3_600_000, policy=QUARANTINE)
+    out = reconstruct(parse_records(source, SCHEMA, keep_values=True),
+                      StepSpec(SCHEMA, session_timeout_ms=3_600_000, state_retention_ms=7 * 86_400_000,
+                               policy=QUARANTINE))
     out = out.select([F.unix_micros(c).alias(c) if t == "timestamp" else F.col(c) for c, t in out.dtypes])
     got: list = []
     # As ``pipeline._start``: no no-data batches (timeouts), so that available-now ends.

@@ -278,7 +278,7 @@ def test_a_vacuum_lists_a_small_table_with_a_few_tasks_not_thousands(spark, tmp_
 def test_a_compactor_that_lost_the_writer_lease_optimizes_and_vacuums_nothing(spark, tmp_path):
     """OPTIMIZE commits and VACUUM deletes only right after the lease is found this driver's: once
     another driver holds the output, the compactor stops before touching a table."""
-    from reconstructor.contract.lease import LeaseLost
+    from reconstructor.errors import LeaseLost
 
     out = str(tmp_path / "out")
     _closed_hours_table(spark, out)

@@ -41,7 +41,7 @@ from pyspark.errors import StreamingQueryException
 
 from reconstructor.core.chain import ChainKey
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
-from reconstructor.core.violations import IntegrityViolation
+from reconstructor.core.violations import ViolationRecord
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.checkpoint import checkpoint_state
 from reconstructor.spark.sinks import DeltaSinks
@@ -140,7 +140,7 @@ def hand_made(test):
     return test
 
 
-def run(spark, engine: StatefulEngine, sc: Stream) -> tuple[str, IntegrityViolation | None]:
+def run(spark, engine: StatefulEngine, sc: Stream) -> tuple[str, ViolationRecord | None]:
     """The stream through ``engine`` into the product's sinks: the output root, and the violation
     that stopped the run (None when it ran to its end)."""
     root = tempfile.mkdtemp(prefix=f"recon-verify-{engine.value}-")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.contract.lease import LeaseLost, S3LeaseStore, WriterLease, lease_store
+from reconstructor.contract.lease import S3LeaseStore, WriterLease, lease_store
 from reconstructor.core.lease import Lease
-from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.errors import LeaseLost, ReconstructorError, UsageError
 from reconstructor.settings import S3Settings
 from tests.support.faulty_s3 import held, release, s3_endpoint_of_its_own, wait_for
 

@@ -9,7 +9,6 @@ from delta.tables import DeltaTable
 
 from reconstructor import settings as config
 from reconstructor.contract.tables import TABLES
-from reconstructor.errors import RunAgain
 from reconstructor.spark.pipeline import start
 from tests.support.kafka import create_topics
 from workbench import localstack
@@ -51,10 +50,8 @@ def run(spark, pattern: str, output: str, checkpoint: str, **settings) -> None:
     while True:
         running = start(spark, stream_config(pattern, output, checkpoint, **settings))
         try:
-            running.await_termination()
-            return
-        except RunAgain:
-            continue
+            if running.await_termination() is None:
+                return
         finally:
             running.stop()
 

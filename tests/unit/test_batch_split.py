@@ -111,14 +111,14 @@ def test_a_seq_at_the_largest_long_followed_by_another_message_is_a_duplicate():
 
 
 def test_a_violation_prints_on_one_line_with_control_characters_escaped_and_travels_as_a_record():
-    from reconstructor.core import IntegrityViolation
+    from reconstructor.core import ViolationRecord
 
-    v = IntegrityViolation(ViolationKind.GAP, "sensor-1", 0, 7, "cab 7\nü\x1b", 3, 5, "missing seq 3..4\r")
+    v = ViolationRecord(ViolationKind.GAP, "sensor-1", 0, 7, "cab 7\nü\x1b", 3, 5, "missing seq 3..4\r")
     assert str(v) == ("INTEGRITY VIOLATION GAP topic=sensor-1 partition=0 offset=7 session=cab 7\\nü\\x1b "
                       "expected_seq=3 found_seq=5: missing seq 3..4\\r")
-    assert IntegrityViolation.from_json(v.to_json()) == v
-    big = IntegrityViolation(ViolationKind.DUPLICATE, "t", 0, 1, "s", 2**63, 2**63 - 1)
-    assert IntegrityViolation.from_json(big.to_json()).expected_seq == 2**63
+    assert ViolationRecord.from_json(v.to_json()) == v
+    big = ViolationRecord(ViolationKind.DUPLICATE, "t", 0, 1, "s", 2**63, 2**63 - 1)
+    assert ViolationRecord.from_json(big.to_json()).expected_seq == 2**63
 
 
 def _moved(to_partition: int, from_partition: int):

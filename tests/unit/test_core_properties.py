@@ -259,7 +259,8 @@ def test_blob_keeps_its_schema_so_an_added_nullable_column_reads_as_null():
 
 
 def test_blob_refuses_a_lossy_type_change():
-    from reconstructor.contract.row_schema import RowSchema, SchemaError
+    from reconstructor.contract.row_schema import RowSchema
+    from reconstructor.errors import SchemaError
 
     state, _, _ = run_core([[Msg(0, "snapshot", rows=[{"id": "a", "values": {"status": "ok"}}])]])
     blob = dump_table(state.table, SCHEMA)

@@ -24,6 +24,7 @@ from reconstructor.contract.tables import RecordKind
 from reconstructor.core.blob import read_table, to_frame
 from reconstructor.core.frames import INPUT, VALUE, null_mask, nullable_longs
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
+from reconstructor.core.step_spec import StepSpec
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple
 from tests.support.model import SCHEMA
 from tests.support.worker import VALUE_SCHEMA, call_group, state_tuple
@@ -113,7 +114,8 @@ def scenarios(draw):
 
 
 def _fn():
-    return SessionReconstructor(SCHEMA, session_timeout_ms=60_000, policy=QUARANTINE)
+    return SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=7 * 86_400_000,
+                                         policy=QUARANTINE))
 
 
 def _counts(table: pa.Table) -> dict:

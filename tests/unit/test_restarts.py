@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from reconstructor import settings as config
-from reconstructor.core import IntegrityViolation, ViolationKind
+from reconstructor.core import ViolationKind, ViolationRecord
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, UsageError
 from reconstructor.spark.restarts import (
     BACKOFF_CAP,
@@ -26,7 +26,7 @@ IDLE = {"batchId": 8, "durationMs": {"latestOffset": 3, "triggerExecution": 3}}
 
 
 def violation_error() -> IntegrityViolationError:
-    return IntegrityViolationError(IntegrityViolation(
+    return IntegrityViolationError(ViolationRecord(
         kind=ViolationKind.GAP, topic="sensor-1", partition=0, offset=9, session="s", expected_seq=4,
         found_seq=5, detail="gap"))
 

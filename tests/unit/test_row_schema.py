@@ -6,8 +6,9 @@ import json
 import pytest
 
 from reconstructor.contract import tables as output
-from reconstructor.contract.row_schema import RESERVED_NAMES, RowSchema, SchemaError
+from reconstructor.contract.row_schema import RESERVED_NAMES, RowSchema
 from reconstructor.core import frames
+from reconstructor.errors import SchemaError
 
 
 def _schema(*names: str) -> dict:

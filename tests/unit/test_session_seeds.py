@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from reconstructor.audit.fold import ChangeFold
 from reconstructor.contract.tables import RecordKind
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
-from reconstructor.core.seed import SessionSeed, SessionSeeds
+from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds
 from reconstructor.core.state import SessionStatus
+from reconstructor.core.step_spec import StepSpec, StepStart
 from reconstructor.spark.stateful import SessionReconstructor
 from tests.support.groupstate import group_state
 from tests.support.model import SCHEMA, Msg, to_frame
@@ -116,8 +117,8 @@ def test_a_session_seeded_from_the_tables_is_judged_past_the_switch_as_without_o
     policy = IntegrityPolicy(OnViolation.QUARANTINE) if quarantine else IntegrityPolicy()
 
     def fn(seeds=None):
-        return SessionReconstructor(SCHEMA, TIMEOUT_MS, await_snapshot=True, state_retention_ms=RETENTION_MS,
-                                    policy=policy, session_seeds=seeds)
+        return SessionReconstructor(StepSpec(SCHEMA, TIMEOUT_MS, state_retention_ms=RETENTION_MS, policy=policy),
+                                    StepStart(session_seeds=seeds or NO_SEEDS, await_snapshot=True))
 
     live = Driver(fn())
     live_out = []

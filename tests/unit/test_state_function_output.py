@@ -13,10 +13,11 @@ import json
 import pandas as pd
 
 from reconstructor.contract.tables import RecordKind
-from reconstructor.core import IntegrityViolation, ViolationKind
+from reconstructor.core import ViolationKind, ViolationRecord
 from reconstructor.core.batch import process_batch
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
 from reconstructor.core.state import SessionStatus
+from reconstructor.core.step_spec import StepSpec, StepStart
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple, state_to_tuple
 from tests.support.groupstate import group_state as _group_state
 from tests.support.model import SCHEMA, Msg, to_frame
@@ -37,7 +38,7 @@ def call(fn, frames, gs) -> list[pd.DataFrame]:
 
 
 def test_one_frame_per_group_change_rows_then_the_session_row_in_the_change_rows_dtypes():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=7 * 86_400_000))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}},
                                                    {"id": "b", "values": {"reading_count": 7}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
@@ -75,7 +76,7 @@ def test_one_frame_per_group_change_rows_then_the_session_row_in_the_change_rows
 
 
 def test_a_timed_out_session_is_one_session_row_and_a_violation_one_violation_row():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=7 * 86_400_000))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
 
@@ -86,7 +87,7 @@ def test_a_timed_out_session_is_one_session_row_and_a_violation_one_violation_ro
     gap = [Msg(5, "update", offset=5, rows=[{"id": "a", "values": {}}])]
     (violation,) = call(fn, [typed(to_frame(gap))], group_state(state))
     assert list(violation["record"]) == [RecordKind.VIOLATION]
-    carried = IntegrityViolation.from_json(violation["info"].iloc[0])  # a record, not text to parse
+    carried = ViolationRecord.from_json(violation["info"].iloc[0])  # a record, not text to parse
     assert (carried.kind, carried.offset, carried.expected_seq, carried.found_seq) == (ViolationKind.GAP, 5, 1, 5)
     assert (violation["partition"].iloc[0], violation["offset"].iloc[0]) == (0, 5)
     assert str(carried).startswith("INTEGRITY VIOLATION GAP topic=sensor-1 partition=0 offset=5 session=s1")
@@ -96,7 +97,7 @@ RETENTION_MS = 3_600_000
 
 
 def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_seq():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}},
                                                    {"id": "b", "values": {"status": "kept"}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
@@ -130,7 +131,7 @@ def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_s
 
 
 def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_session_is_after_end():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS)
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS))
     msgs = [Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {}}]), Msg(1, "end", offset=1)]
     ended = process_batch("sensor-1", "s1", [to_frame(msgs)], None, SCHEMA).state
     assert ended.status is SessionStatus.ENDED
@@ -142,7 +143,7 @@ def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_sessio
 
     resent = _group_state(silent.get)
     (out,) = call(fn, [typed(to_frame([Msg(0, "snapshot", offset=2, rows=[{"id": "a", "values": {}}])]))], resent)
-    carried = IntegrityViolation.from_json(out["info"].iloc[0])
+    carried = ViolationRecord.from_json(out["info"].iloc[0])
     assert (carried.kind, carried.offset) == (ViolationKind.AFTER_END, 2)
 
     forgotten = _group_state(silent.get, timed_out=True)
@@ -150,8 +151,8 @@ def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_sessio
 
 
 def test_in_quarantine_mode_a_violation_is_recorded_rows_and_the_session_waits_for_its_resync():
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
-                              policy=IntegrityPolicy(OnViolation.QUARANTINE))
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
+                                       policy=IntegrityPolicy(OnViolation.QUARANTINE)))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
     gap = typed(to_frame([Msg(1, "update", offset=1, rows=[{"id": "a", "values": {}}]),
@@ -160,7 +161,7 @@ def test_in_quarantine_mode_a_violation_is_recorded_rows_and_the_session_waits_f
     recorded, out = call(fn, [gap.assign(value=["v1", "v2"])], gs)
 
     assert list(recorded["record"]) == [RecordKind.RECORDED]
-    v = IntegrityViolation.from_json(recorded["info"].iloc[0])
+    v = ViolationRecord.from_json(recorded["info"].iloc[0])
     assert (v.kind, v.offset, v.expected_seq, v.found_seq, v.value) == (ViolationKind.GAP, 2, 2, 3, "v2")
     assert list(out["record"]) == [RecordKind.CHANGE, RecordKind.SESSION]  # seq 1 applied before the gap
     assert json.loads(out["info"].iloc[-1])["status"] == "quarantined"
@@ -170,13 +171,13 @@ def test_in_quarantine_mode_a_violation_is_recorded_rows_and_the_session_waits_f
     waiting = _group_state(gs.get)
     (skipped,) = call(fn, [typed(to_frame([Msg(4, "update", offset=3, rows=[{"id": "a", "values": {}}])]))],
                       waiting)
-    assert [IntegrityViolation.from_json(i).kind for i in skipped["info"]] == [ViolationKind.SKIPPED]
+    assert [ViolationRecord.from_json(i).kind for i in skipped["info"]] == [ViolationKind.SKIPPED]
     assert not waiting._updated and waiting._timeout_timestamp == RETENTION_MS
 
     # The next snapshot resyncs it: open, its table the snapshot's.
     resync = Msg(5, "snapshot", offset=4, rows=[{"id": "b", "values": {}}])
     drift, out = call(fn, [typed(to_frame([resync]))], _group_state(gs.get))
-    assert IntegrityViolation.from_json(drift["info"].iloc[0]).kind == ViolationKind.SNAPSHOT_DRIFT
+    assert ViolationRecord.from_json(drift["info"].iloc[0]).kind == ViolationKind.SNAPSHOT_DRIFT
     assert list(zip(out["row_id"][:2], out["op"][:2])) == [("a", "delete"), ("b", "upsert")]
     assert json.loads(out["info"].iloc[-1])["status"] == "open"
 
@@ -189,8 +190,9 @@ def test_in_quarantine_mode_a_data_loss_on_its_partition_sets_a_session_aside_wh
     from reconstructor.core.data_loss import DataLoss
 
     loss = DataLoss("sensor-1", 0, 5, 8, "offsets 5..7 of sensor-1[0] were never processed and are gone")
-    fn = SessionReconstructor(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
-                              policy=IntegrityPolicy(OnViolation.QUARANTINE), losses={("sensor-1", 0): [loss]})
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS,
+                                       policy=IntegrityPolicy(OnViolation.QUARANTINE)),
+                              StepStart(losses={("sensor-1", 0): [loss]}))
     snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
     state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
 
@@ -198,7 +200,7 @@ def test_in_quarantine_mode_a_data_loss_on_its_partition_sets_a_session_aside_wh
     gs = group_state(state)
     recorded, out = call(fn, [typed(to_frame([Msg(1, "update", offset=9, rows=[{"id": "a", "values": {}}])]))
                               .assign(value=["v9"])], gs)
-    kinds = [IntegrityViolation.from_json(i) for i in recorded["info"]]
+    kinds = [ViolationRecord.from_json(i) for i in recorded["info"]]
     assert [(v.kind, v.session, v.offset, v.expected_seq, v.found_seq) for v in kinds] == [
         (ViolationKind.DATA_LOSS, "s1", 5, 1, None), (ViolationKind.SKIPPED, "s1", 9, None, 1)]
     assert list(out["record"]) == [RecordKind.SESSION]
@@ -207,12 +209,12 @@ def test_in_quarantine_mode_a_data_loss_on_its_partition_sets_a_session_aside_wh
     # Told again later (the loss stays known), a quarantined session is not set aside twice.
     (skipped,) = call(fn, [typed(to_frame([Msg(2, "update", offset=10, rows=[{"id": "a", "values": {}}])]))],
                       _group_state(gs.get))
-    assert [IntegrityViolation.from_json(i).kind for i in skipped["info"]] == [ViolationKind.SKIPPED]
+    assert [ViolationRecord.from_json(i).kind for i in skipped["info"]] == [ViolationKind.SKIPPED]
 
     # Silent since the loss: its timeout sets it aside instead of timing it out.
     silent = _group_state(state_to_tuple(state, SCHEMA), timed_out=True)
     recorded, out = call(fn, [], silent)
-    assert [IntegrityViolation.from_json(i).kind for i in recorded["info"]] == [ViolationKind.DATA_LOSS]
+    assert [ViolationRecord.from_json(i).kind for i in recorded["info"]] == [ViolationKind.DATA_LOSS]
     assert json.loads(out["info"].iloc[-1])["status"] == "quarantined"
     assert state_from_tuple(silent.get, SCHEMA).status == SessionStatus.QUARANTINED
     assert state_from_tuple(silent.get, SCHEMA).row_count == 1  # its table kept for the resync

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.contract.lease import FileLeaseStore, LeaseLost, WriterLease
+from reconstructor.contract.lease import FileLeaseStore, WriterLease
 from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, verdict
-from reconstructor.errors import UsageError
+from reconstructor.errors import LeaseLost, UsageError
 
 NOW = 1_800_000_000.0
 

@@ -15,8 +15,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.writer import batch_metadata
 from reconstructor.core.chain import HMAC_SHA256, ChainKey
-from reconstructor.core.violations import IntegrityViolation
-from reconstructor.errors import RunAgain
+from reconstructor.core.violations import ViolationRecord
 from reconstructor.metrics.batch import BatchCounts
 from reconstructor.spark.compaction import compact_live_tables
 from reconstructor.spark.sinks import records
@@ -29,7 +28,7 @@ from reconstructor.spark.sinks.merges import empty_live_tables, merge_live_table
 from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.sinks.resync import ResyncRequests
 from reconstructor.spark.sinks.stats import Recorded, batch_stats, counts_of, recorded_of
-from reconstructor.spark.sinks.stops import BatchStops
+from reconstructor.spark.sinks.stops import BatchStops, RunAgain
 from reconstructor.spark.sinks.tables import OutputTables
 from reconstructor.spark.sinks.timings import BatchTimings, keep
 
@@ -86,7 +85,7 @@ class DeltaSinks:
 
     # What a batch stopped on, for the driver to report as it is.
     @property
-    def violation(self) -> IntegrityViolation | None:
+    def violation(self) -> ViolationRecord | None:
         return self._stops.violation
 
     @property

@@ -11,11 +11,42 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from reconstructor.core.violations import IntegrityViolation
-from reconstructor.errors import IntegrityViolationError, RunAgain
+from reconstructor.core.violations import ViolationRecord
+from reconstructor.errors import IntegrityViolationError
 
 if TYPE_CHECKING:
     from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
+
+
+@dataclass(frozen=True)
+class RunAgain:
+    """Why a micro-batch stopped to run again from the checkpoint, nothing of it written: it found
+    a ``DATA_LOSS`` the run had not recorded yet (quarantine mode: the batch runs again with the
+    sessions of the lost partitions told, ``reconstructor.spark.data_loss.LossRegistry``), or a
+    topic created again, which the batch then reads from its new first offset.  Not a failure:
+    the query ends with it (``Running.await_termination`` returns it) and its caller starts the
+    query again."""
+
+    reason: str
+
+    @classmethod
+    def after_losses(cls, losses) -> RunAgain:
+        where = ", ".join(f"{d.topic}[{d.partition}]" for d in losses)
+        return cls(f"DATA_LOSS on {where} recorded: the batch runs again, the sessions there are quarantined")
+
+    @classmethod
+    def to_reread(cls, partitions) -> RunAgain:
+        where = ", ".join(f"{t}[{p}]" for t, p in partitions)
+        return cls(f"{where} was deleted and created again after its sessions were done: the batch runs "
+                   f"again and reads it from its new first offset")
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class _BatchRunsAgain(Exception):
+    """Private to this module: raised inside a micro-batch to end it (and so the query) before it
+    writes, once ``BatchStops.run_again`` is set; the driver reads that record, never this."""
 
 
 @dataclass
@@ -32,11 +63,11 @@ class BatchStops:
     #: longer holds the output's writer lease.
     lease_check: Callable[[], None] | None = None
     #: The violation a batch stopped on.
-    violation: IntegrityViolation | None = field(default=None, init=False)
+    violation: ViolationRecord | None = field(default=None, init=False)
     #: The error a batch stopped on that is not the engine's (a lost lease).
     stopped_by: Exception | None = field(default=None, init=False)
     #: Why the batch stopped to run again (losses newly recorded, a topic created again): the query
-    #: starts again from its checkpoint (``reconstructor.errors.RunAgain``).
+    #: starts again from its checkpoint.
     run_again: RunAgain | None = field(default=None, init=False)
 
     def losses(self, batch_id: int) -> list:
@@ -50,11 +81,11 @@ class BatchStops:
             new = self.loss_registry.add(losses)
             if new:
                 self.run_again = RunAgain.after_losses(new)
-                raise self.run_again
+                raise _BatchRunsAgain(str(self.run_again))
         if self.loss_check is not None and self.loss_check.reread:
             self.run_again = RunAgain.to_reread(self.loss_check.reread)
             self.loss_check.read_again(batch_id)
-            raise self.run_again
+            raise _BatchRunsAgain(str(self.run_again))
         if losses and self.loss_check is not None:
             self.loss_check.accept()
         return losses
@@ -62,7 +93,7 @@ class BatchStops:
     def check_violation(self, violation: str | None) -> None:
         """Stop on the batch's first violation (its JSON, from the stats), if any."""
         if violation is not None:
-            self.violation = IntegrityViolation.from_json(violation)
+            self.violation = ViolationRecord.from_json(violation)
             raise IntegrityViolationError(self.violation)
 
     def check_lease(self) -> None:

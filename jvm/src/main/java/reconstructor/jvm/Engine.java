@@ -14,9 +14,17 @@ import org.apache.spark.sql.types.StructType;
  */
 public final class Engine {
   /** The engine's version, which the driver checks against the one it was released with. */
-  public static final String VERSION = "3";
+  public static final String VERSION = "4";
 
   private Engine() {}
+
+  /**
+   * What {@link EngineSettings} read from {@code settingsJson}, field by field, as JSON (the chain
+   * key as its SHA-256, never the key): the driver's test holds it to the Python spec.
+   */
+  public static String describe(String settingsJson) {
+    return new EngineSettings(settingsJson).describe();
+  }
 
   /** {@code records}: the parse stage's columns; {@code settingsJson}: see {@link EngineSettings}. */
   public static Dataset<Row> reconstruct(Dataset<Row> records, String settingsJson) {

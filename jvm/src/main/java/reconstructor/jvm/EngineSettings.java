@@ -3,18 +3,27 @@ package reconstructor.jvm;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 
 /**
  * What the Python driver hands the JVM engine for one query, as JSON
- * ({@code reconstructor.spark.jvm_engine}): the row schema, the timeouts, the integrity policy,
- * the data losses the checkpoint recorded, the chain key and a replay's chain seeds.
+ * ({@code reconstructor.spark.jvm_engine.engine_json}): the stateful step's spec
+ * ({@code reconstructor.core.step_spec.StepSpec}: the row schema, the timeouts, the integrity
+ * policy, the chain key) and what the query's start adds ({@code StepStart}: the data losses the
+ * checkpoint recorded, a replay's chain and session seeds), versioned as {@link Engine#VERSION}.
  */
 final class EngineSettings implements Serializable {
   /** A loss of offsets {@code first..} of a partition, and its detail. */
@@ -56,6 +65,11 @@ final class EngineSettings implements Serializable {
       root = new ObjectMapper().readTree(json);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
+    }
+    JsonNode version = root.get("version");
+    if (version == null || !Engine.VERSION.equals(version.asText())) {
+      throw new IllegalArgumentException("engine settings of version " + version + "; this engine reads version "
+                                         + Engine.VERSION + ": the driver and the engine jar differ, rebuild the jar");
     }
     schemaName = root.get("schema_name").asText();
     JsonNode columns = root.get("columns");
@@ -168,6 +182,58 @@ final class EngineSettings implements Serializable {
     }
     Seed seed = sessionSeeds.get(topic + "\u0000" + session);
     return seed != null && nowMs < seed.expiresMs ? seed : null;
+  }
+
+  /** What this object read, field by field, as JSON ({@link Engine#describe}). */
+  String describe() {
+    ObjectMapper json = new ObjectMapper();
+    ObjectNode out = json.createObjectNode();
+    out.put("version", Engine.VERSION);
+    out.put("schema_name", schemaName);
+    ArrayNode cols = out.putArray("columns");
+    for (int i = 0; i < names.length; i++) {
+      cols.addArray().add(names[i]).add(types[i]);
+    }
+    out.put("session_timeout_ms", timeoutMs);
+    out.put("state_retention_ms", retentionMs);
+    out.put("await_snapshot", awaitSnapshot);
+    out.put("on_violation", quarantine ? "quarantine" : "fail");
+    out.put("on_drift", onDrift);
+    ArrayNode lost = out.putArray("losses");
+    for (Map.Entry<String, List<Loss>> e : new TreeMap<>(losses).entrySet()) {
+      String[] at = e.getKey().split("\u0000", -1);
+      for (Loss loss : e.getValue()) {
+        lost.addArray().add(at[0]).add(Integer.parseInt(at[1])).add(loss.first).add(loss.detail);
+      }
+    }
+    out.put("chain_key_sha256", chainKey == null ? null : sha256(chainKey));
+    ArrayNode links = out.putArray("chain_seeds");
+    for (Map.Entry<String, String[]> e : new TreeMap<>(chainSeeds).entrySet()) {
+      String[] at = e.getKey().split("\u0000", -1);
+      links.addArray().add(at[0]).add(at[1]).add(Long.parseLong(at[2])).add(e.getValue()[0]).add(e.getValue()[1]);
+    }
+    ArrayNode seeds = out.putArray("session_seeds");
+    for (Map.Entry<String, Seed> e : new TreeMap<>(sessionSeeds).entrySet()) {
+      String[] at = e.getKey().split("\u0000", -1);
+      SessionState s = e.getValue().state;
+      seeds.addArray().add(at[0]).add(at[1]).add(s.partition).add(s.status).add(s.firstSeq).add(s.lastSeq)
+          .add(s.lastOffset).add(s.snapshotSeq).add(s.snapshotOffset).add(s.startedUs).add(s.lastEventUs)
+          .add(e.getValue().chainHead).add(e.getValue().expiresMs).add(s.table.size());
+    }
+    out.put("state_ddl", stateDdl);
+    out.put("records_ddl", recordsDdl);
+    out.put("timestamp_pattern", timestampPattern);
+    out.put("time_range_us", timeRangeUs);
+    out.put("time_range_text", timeRangeText);
+    return out.toString();
+  }
+
+  private static String sha256(String text) {
+    try {
+      return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(text.getBytes(StandardCharsets.UTF_8)));
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException(e);
+    }
   }
 
   boolean audits() {
