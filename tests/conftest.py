@@ -38,10 +38,10 @@ os.environ.setdefault("PYSPARK_SUBMIT_ARGS", SHORT_LIVED_JVMS)
 # the other has nothing left.  (xdist's own order, most tests first, put the single-test files of
 # minutes last.)  Files not named here follow, integration files before unit files.
 LONG_FILES = {
-    "test_outages.py": 450, "test_crash_safety.py": 400, "test_wheel_jobs.py": 300,
-    "test_sinks_compaction.py": 270, "test_standalone_cluster.py": 250, "test_upgrade.py": 225,
-    "test_signals.py": 210, "test_demo.py": 210, "test_cli_output.py": 200,
-    "test_replay_recovery.py": 170, "test_engine_differential.py": 170, "test_reconstruct_pipeline.py": 150,
+    "test_replay_recovery.py": 480, "test_outages.py": 450, "test_crash_safety.py": 400,
+    "test_sinks_compaction.py": 300, "test_wheel_jobs.py": 300, "test_standalone_cluster.py": 250,
+    "test_upgrade.py": 225, "test_signals.py": 210, "test_demo.py": 210, "test_cli_output.py": 200,
+    "test_engine_differential.py": 180, "test_reconstruct_pipeline.py": 150,
     "test_verify_property.py": 120, "test_metrics.py": 95, "test_quarantine.py": 90,
 }
 
