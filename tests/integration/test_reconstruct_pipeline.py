@@ -156,7 +156,7 @@ def test_a_warm_batch_compiles_no_generated_code_again(spark, run_id, tmp_path):
     140 classes: Spark's code cache must hold them all, or each batch evicts what the next needs
     and compiles it again (a third of a live-fleet batch's time)."""
     spec = FleetSpec(topic_prefix=f"cg{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=10,
-                     updates=40, rows_per_update=2, seed=5)
+                     updates=20, rows_per_update=2, seed=5)
     messages = list(plan_fleet(spec))
     produce(spec, messages, PARTITIONS)
     pattern = f"cg{run_id}-sensor-[0-9]+"
