@@ -72,7 +72,7 @@ def stack():
 
 @pytest.fixture(scope="session")
 def spark(stack):
-    from reconstructor.spark.engine import build_spark
+    from reconstructor.spark.builder import build_spark
     from workbench.smoke import local_s3
 
     # The options of short-lived drivers stay out of this one, which lives as long as the worker.

@@ -46,8 +46,8 @@ def _train(jars_dir: Path, into: Path) -> None:
     from pyspark import SparkContext
 
     from reconstructor.settings import Settings, StatefulEngine
+    from reconstructor.spark.builder import DRIVER_JAVA_OPTIONS, build_spark
     from reconstructor.spark.compaction import Compactor
-    from reconstructor.spark.engine import DRIVER_JAVA_OPTIONS, build_spark
     from reconstructor.spark.pipeline import start
     from workbench.fleet import FleetSpec, plan_fleet, publish
     from workbench.producer import SensorProducer

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pyspark.sql import functions as F
 
 from reconstructor.settings import S3Settings
-from reconstructor.spark.engine import build_spark
+from reconstructor.spark.builder import build_spark
 from reconstructor.spark.source import kafka_stream
 from workbench import localstack
 from workbench.producer import SensorProducer

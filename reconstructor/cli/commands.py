@@ -38,7 +38,7 @@ def _spark(cfg: Settings, app: str, signals: StopSignals | None = None):
     """The SparkSession; with ``signals``, their handlers are installed again once it started (the
     SparkContext sets a SIGINT handler of its own)."""
     from reconstructor.spark import logs
-    from reconstructor.spark.engine import build_spark, delta_on_classpath
+    from reconstructor.spark.builder import build_spark, delta_on_classpath
 
     verbose = logging.getLogger().isEnabledFor(logging.INFO)  # -v
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output, cfg.checkpoint)

@@ -9,6 +9,8 @@ the row schema's types none widens to another without loss (a ``long`` above 2^5
 ``double``) in a way Delta supports on an existing table without rewriting it.
 
 No Spark here: columns are (name, Spark SQL type, nullable) as Delta reports them.
+
+``spark.evolution`` applies the decision to the tables.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ and tells the sink, before each micro-batch writes, whether it still holds it.
 
 No lease can stop a driver that was paused (a long GC, a frozen VM) past its expiry from making
 one more commit once it wakes, before its next check: the README says what else guards that.
+
+The lease's rules (who holds it, until when, what a takeover needs) are ``core.lease``'s; this
+module stores it.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ the core's ``SessionState``, not listed again.  No Spark here: schemas are Spark
 
 The column names, types and order are what existing tables and checkpoints hold: changing them
 breaks every table and checkpoint written before.
+
+``spark.sinks.tables`` creates these tables under an output root.
 """
 
 from __future__ import annotations

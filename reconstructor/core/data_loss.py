@@ -22,6 +22,8 @@ checkpoint's offset log:
 
 Offsets that transaction markers and aborted records occupy are never read, but they are still in
 Kafka, so they are never taken for a loss.
+
+The Spark shell gathers this verdict's inputs in ``spark.data_loss``.
 """
 
 from __future__ import annotations

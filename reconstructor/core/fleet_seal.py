@@ -17,6 +17,8 @@ after the newest ``sessions`` seal.
 Encoding (``docs/contract.md``): a member is the 256-bit integer of an HMAC's hex; a sum is modulo
 2**256, written as 64 hex digits; the MAC is ``ChainKey.seal`` over ``FLEET_DOMAIN`` and the seal's
 fields as RFC 8785 JSON (integers as decimal strings).
+
+``spark.sinks.fleet_seal`` keeps it on the driver from batch to batch.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ Requests are at least once: one sent whose ``resync_requested_at`` did not commi
 between) is sent again by the batch's re-run.  A sensor answers two requests with one snapshot.
 
 Pure: no Spark, no Kafka; the request's JSON is the contract's.
+
+``spark.sinks.resync`` sends the requests decided here.
 """
 
 from __future__ import annotations

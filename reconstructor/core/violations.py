@@ -1,5 +1,6 @@
-"""Integrity violations: the kinds of the design's strict class and their one-line message, and the
-other records the ``violations`` table holds (a snapshot drift, a record set aside)."""
+"""Integrity violations: the kinds of the contract's strict class (``docs/contract.md``) and their
+one-line message, and the other records the ``violations`` table holds (a snapshot drift, a
+record set aside)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ class ViolationRecord:
     driver raises ``reconstructor.errors.IntegrityViolationError`` with it).  A record, never
     raised.
 
-    ``str()`` is the design's message: ``INTEGRITY VIOLATION <KIND>`` then the record's topic,
+    ``str()`` is the contract's message: ``INTEGRITY VIOLATION <KIND>`` then the record's topic,
     partition, offset, session, the expected and the found seq, then what was wrong, on one line.
     It travels from the state function to the driver as JSON (``to_json``/``from_json``), never as
     text to be parsed back.

@@ -20,7 +20,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.registry import Collector
 
 from reconstructor.errors import UsageError
-from reconstructor.metrics.batch import NO_COUNTS, BatchCounts, RunTotals, batch_metrics
+from reconstructor.metrics.batch_metrics import NO_COUNTS, BatchCounts, RunTotals, batch_metrics
 
 PREFIX = "reconstructor_"
 

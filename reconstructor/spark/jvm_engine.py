@@ -21,7 +21,7 @@ from reconstructor.contract.tables import STATE_DDL, records_ddl
 from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
 from reconstructor.core.timestamps import RFC3339_PATTERN
 from reconstructor.errors import UsageError
-from reconstructor.spark.engine import PROJECT_JAR
+from reconstructor.spark.builder import PROJECT_JAR
 from reconstructor.spark.jvm_gateway import jvm_of
 from reconstructor.spark.parse import TS_RANGE_TEXT, TS_RANGE_US
 

@@ -324,7 +324,7 @@ def limit_run(args) -> int:
     from pyspark.sql import functions as F
 
     from reconstructor.contract.row_schema import RowSchema
-    from reconstructor.spark.engine import build_spark
+    from reconstructor.spark.builder import build_spark
     from reconstructor.spark.parse import parse_records
     from reconstructor.spark.source import kafka_stream
 

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from reconstructor.settings import layers
     from reconstructor.settings.model import default_jars_dir
-    from reconstructor.spark.engine import build_spark
+    from reconstructor.spark.builder import build_spark
 
     # The reconstructor's settings from its RECON_* variables (the S3 endpoint), as the CLI reads them.
     settings = layers.load(flags={"topic_pattern": args.pattern, "output": args.output,

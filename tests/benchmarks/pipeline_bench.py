@@ -78,7 +78,7 @@ PARTITIONS = 2
 
 
 def _spark(shuffle_partitions: int | None, extra_jar: Path | None = None, event_log: Path | None = None):
-    from reconstructor.spark.engine import build_spark, spark_jars
+    from reconstructor.spark.builder import build_spark, spark_jars
 
     conf = {"spark.ui.enabled": "false", "spark.driver.memory": "6g",
             **(batch_time.event_log_conf(event_log) if event_log is not None else {})}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.spark.engine import build_spark
+from reconstructor.spark.builder import build_spark
 from tests.support.cli import stop_run
 from tests.support.kafka import create_topics, send, snapshot, update
 from tests.support.model import Model, Msg

@@ -87,7 +87,7 @@ def test_the_emr_serverless_job_ships_the_engine_jar_and_runs_the_jvm_engine():
 def test_every_emr_job_that_commits_to_s3a_writes_its_log_put_if_absent():
     """A second driver committing the same version must fail, not replace the first's commit: each
     EMR job that writes the s3a:// tables ships the project's jar and sets its log store."""
-    from reconstructor.spark.engine import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY
+    from reconstructor.spark.builder import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY
 
     steps = json.loads((ROOT / "infra/emr/steps.json").read_text())
     serverless = json.loads((ROOT / "infra/emr/serverless-job-run.json").read_text())["jobDriver"]["sparkSubmit"]
@@ -100,7 +100,7 @@ def test_every_emr_job_that_commits_to_s3a_writes_its_log_put_if_absent():
 
 
 def test_a_local_session_with_the_project_jar_writes_s3a_logs_put_if_absent(tmp_path):
-    from reconstructor.spark.engine import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY, spark_settings
+    from reconstructor.spark.builder import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY, spark_settings
 
     (tmp_path / "spark").mkdir()
     (tmp_path / "spark" / "delta-spark.jar").write_bytes(b"")
@@ -162,8 +162,8 @@ def test_a_local_driver_starts_with_the_class_archive_only_where_make_cds_made_o
     """The archive goes on the driver's Java options beside what is there; options that decide
     about class data sharing themselves are left as they are, and a driver that spark-submit
     started (Databricks, EMR) is not the builder's to start."""
+    from reconstructor.spark.builder import DRIVER_JAVA_OPTIONS, spark_settings
     from reconstructor.spark.class_archive import ARCHIVE
-    from reconstructor.spark.engine import DRIVER_JAVA_OPTIONS, spark_settings
 
     for name in ("PYSPARK_GATEWAY_PORT", "SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS"):
         monkeypatch.delenv(name, raising=False)

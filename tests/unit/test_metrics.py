@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reconstructor.metrics.batch import STATUSES, BatchCounts, RunTotals, batch_metrics, kafka_lag
+from reconstructor.metrics.batch_metrics import STATUSES, BatchCounts, RunTotals, batch_metrics, kafka_lag
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BEHIND = json.loads((FIXTURES / "progress_behind.json").read_text())

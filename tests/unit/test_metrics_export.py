@@ -16,7 +16,7 @@ import pytest
 from reconstructor import settings as config
 from reconstructor.cli.parser import build_parser
 from reconstructor.errors import UsageError
-from reconstructor.metrics.batch import BatchCounts
+from reconstructor.metrics.batch_metrics import BatchCounts
 from reconstructor.metrics.export import MetricsExport
 from tests.support.cli import scrape_metrics
 

@@ -16,7 +16,7 @@ from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.writer import batch_metadata
 from reconstructor.core.chain import HMAC_SHA256, ChainKey
 from reconstructor.core.violations import ViolationRecord
-from reconstructor.metrics.batch import BatchCounts
+from reconstructor.metrics.batch_metrics import BatchCounts
 from reconstructor.spark.compaction import compact_live_tables
 from reconstructor.spark.sinks import records
 from reconstructor.spark.sinks.ahead import SessionsAhead, written_ahead
@@ -51,7 +51,7 @@ class DeltaSinks:
     #: (topic, partition, offset, row_pos, row_id) is absent, instead of a blind append.  A replay
     #: may write any writer's tables; it records itself among their replays, not as their writer.
     replay: bool = False
-    #: Told each written batch's counts (``reconstructor.metrics.batch``), from the same aggregation.
+    #: Told each written batch's counts (``reconstructor.metrics.batch_metrics``), from the same aggregation.
     on_counts: Callable[[int, BatchCounts], None] | None = None
     #: The checks before each batch writes (``stops.BatchStops`` says what each is).
     loss_check: KafkaLossCheck | None = None

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from reconstructor.contract.tables import RecordKind
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.violations import ViolationKind
-from reconstructor.metrics.batch import STATUSES, VIOLATION_KINDS, BatchCounts
+from reconstructor.metrics.batch_metrics import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.spark.sinks.records import is_record
 
 DRIFT = ViolationKind.SNAPSHOT_DRIFT.value

@@ -1,5 +1,6 @@
 """The four output tables under one output root: created with explicit schemas and properties,
-in the background beside the query's start, and what each one's Delta log says of its writer."""
+in the background beside the query's start, and what each one's Delta log says of its writer.  Their
+names and schemas are ``contract.tables``'."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The Spark engine: one place that builds the SparkSession with the jars, the state store and the
-storage settings.
+"""The SparkSession builder: one place that builds the SparkSession with the jars, the state store
+and the storage settings.  (Which engine runs the stateful step is ``spark.engines``'.)
 
 Every entry point (CLI, jobs, tests) builds its SparkSession here so that a local run, a test and an
 EMR step get the same RocksDB state store, Delta extensions and S3A wiring.
