@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from reconstructor.cli.failures import explain
+from reconstructor.failures import explain
 from reconstructor.core.policy import OnViolation
 from reconstructor.errors import EXIT_OK
 from workbench.fleet import FAULTS

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 from reconstructor import settings
 from reconstructor.cli import commands
-from reconstructor.cli.failures import explain
 from reconstructor.cli.parser import build_parser
 from reconstructor.errors import EXIT_OK, StoppedBySignal
+from reconstructor.failures import explain
 
 log = logging.getLogger("reconstructor")
 

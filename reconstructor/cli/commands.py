@@ -8,8 +8,8 @@ stay quick.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
-import functools
 import json
 import logging
 import sys
@@ -18,18 +18,16 @@ import uuid
 from typing import TYPE_CHECKING
 
 from reconstructor.cli import replay_plan, validate
-from reconstructor.cli.failures import explain
 from reconstructor.cli.progress import CatchUpProgress, batch_line
 from reconstructor.core.timestamps import parse_rfc3339
-from reconstructor.errors import ReconstructorError, StoppedBySignal, UsageError
+from reconstructor.errors import ReconstructorError, UsageError
+from reconstructor.failures import explain
 from reconstructor.metrics.export import MetricsExport
 from reconstructor.settings import AVAILABLE_NOW, Settings, default_jars_dir, from_args
-from reconstructor.spark import driver_jvm
-from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm, transient
+from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm
 
 if TYPE_CHECKING:
     from reconstructor.core.step_spec import StepStart
-    from reconstructor.spark.sinks.stops import RunAgain
 
 log = logging.getLogger("reconstructor")
 
@@ -74,34 +72,39 @@ def _validated_stream(cfg: Settings) -> None:
 def _stream(cfg: Settings, app: str, progress=None, *, replay: bool = False,
             restarts: Restarts | None = None, signals: StopSignals | None = None,
             step_start: StepStart | None = None) -> int:
-    """Open the metrics' port and log (``--metrics-*``), then ``_stream_into`` them; close them
-    however the run ends."""
-    metrics = MetricsExport.open(cfg.metrics_host, cfg.metrics_port, cfg.metrics_log)
-    try:
-        return _stream_into(cfg, app, progress, metrics, replay=replay, restarts=restarts,
-                            signals=signals or _stop_signals(), step_start=step_start)
-    finally:
+    """The metrics' port and log (``--metrics-*``), the checks that need the broker, the writer
+    lease and the chain key's check, the SparkSession; then the stream to its end
+    (``spark.stream_run.run_stream``: restarts from its checkpoint after a transient failure, stops
+    on SIGINT and SIGTERM, never to restart) and the run's last lines.  Whatever was opened is
+    closed however the run ends."""
+    from reconstructor.spark.stream_run import run_stream
+
+    with contextlib.ExitStack() as opened:
+        metrics = MetricsExport.open(cfg.metrics_host, cfg.metrics_port, cfg.metrics_log)
         if metrics is not None:
-            metrics.close()
-
-
-def _stream_into(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *,
-                 replay: bool, restarts: Restarts | None, signals: StopSignals,
-                 step_start: StepStart | None = None) -> int:
-    """Start the query and wait for it; with ``restarts``, start it again from its checkpoint
-    after a transient failure (the checks before Spark starts run once: a restart only starts).
-    SIGINT and SIGTERM (``signals``) stop it, never to restart (``StopRequest``)."""
-    validate.broker_reachable(cfg.need("bootstrap_servers"), cfg.kafka)
-    if not replay:  # a replay never sends requests
-        validate.resync_topic_exists(cfg.need("bootstrap_servers"), cfg.kafka, cfg.resync_topic)
-    lease = _writer_lease(cfg, "replay" if replay else "run", cfg.checkpoint)
-    try:
-        _output_chain_key(cfg)
-        return _stream_leased(cfg, app, progress, metrics, replay=replay, restarts=restarts,
-                              signals=signals, lease=lease, step_start=step_start)
-    finally:
+            opened.callback(metrics.close)
+        signals = signals or _stop_signals()
+        validate.broker_reachable(cfg.need("bootstrap_servers"), cfg.kafka)
+        if not replay:  # a replay never sends requests
+            validate.resync_topic_exists(cfg.need("bootstrap_servers"), cfg.kafka, cfg.resync_topic)
+        lease = _writer_lease(cfg, "replay" if replay else "run", cfg.checkpoint)
         if lease is not None:
-            lease.release()
+            opened.callback(lease.release)
+        _output_chain_key(cfg)
+        spark = _spark(cfg, app, signals)
+        if progress is not None:  # a catch-up display of its own
+            on_progress, query_ended = (lambda p, recorded: progress(p)), progress.end_line
+        else:
+            on_progress, query_ended = (lambda p, recorded: _log_progress(recorded, cfg, p)), None
+        outcome = run_stream(spark, cfg, replay=replay, restarts=restarts or Restarts(0, cfg.restart_backoff),
+                             signals=signals, lease=lease, on_progress=on_progress, tell=_tell,
+                             query_ended=query_ended, metrics=metrics, step_start=step_start)
+    if progress is not None:  # the records set aside once, at the end
+        for batch_id in sorted(outcome.recorded):
+            print(f"batch {batch_id}: {recorded_text(outcome.recorded[batch_id])}", file=sys.stderr)
+    if outcome.quarantined_now is not None:
+        print(_run_summary(cfg, outcome.quarantined_now, outcome.recorded.values()), file=sys.stderr)
+    return 0
 
 
 def _writer_lease(cfg: Settings, command: str, checkpoint: str | None, store=None):
@@ -144,100 +147,8 @@ def _output_chain_key(cfg: Settings) -> None:
                                  f"output's change log: {failure}") from exc
 
 
-def _stream_leased(cfg: Settings, app: str, progress, metrics: MetricsExport | None, *, replay: bool,
-                   restarts: Restarts | None, signals: StopSignals, lease, step_start: StepStart | None = None) -> int:
-    spark = _spark(cfg, app, signals)
-    listener = None
-    if metrics is not None:  # one listener for the run: restarted queries report to it too
-        from reconstructor.metrics.listener import MetricsListener
-
-        listener = MetricsListener(metrics)
-        spark.streams.addListener(listener)
-    try:
-        return _stream_restarting(spark, cfg, progress, metrics, replay=replay,
-                                  restarts=restarts, signals=signals, lease=lease, step_start=step_start)
-    finally:
-        # A caller that runs commands in one process keeps no stale listener (a JVM gone keeps none).
-        if listener is not None and driver_jvm.exit_status(spark) is None:
-            spark.streams.removeListener(listener)
-
-
-def _stream_restarting(spark, cfg: Settings, progress, metrics: MetricsExport | None, *, replay: bool,
-                       restarts: Restarts | None, signals: StopSignals, lease,
-                       step_start: StepStart | None = None) -> int:
-    """The query, started again from its checkpoint after each failure the restart policy allows."""
-    restarts = restarts or Restarts(0, cfg.restart_backoff)
-    recorded: dict = {}  # batch id -> what it wrote to violations, across restarts
-    while True:
-        try:
-            again = _query(spark, cfg, restarts, progress, recorded, replay, metrics, signals, lease, step_start)
-            if again is None:
-                break
-            # Not a failure: the batch runs again from the checkpoint.
-            print(f"reconstructor: {again}", file=sys.stderr, flush=True)
-        except StoppedBySignal:  # as asked: never restarted, whatever became of the JVM
-            raise
-        except Exception as exc:  # the policy decides; what it refuses is re-raised
-            if signals.request.requested and transient(exc):  # never a restart after a signal
-                raise signals.request.stopped() from None
-            status = driver_jvm.gone(spark, exc)
-            if status is not None:  # nothing to restart on
-                raise ReconstructorError(driver_jvm.gone_line(status)) from exc
-            delay = restarts.after(exc)
-            if delay is None:
-                raise
-            print(f"reconstructor: {restarts.line(delay, explain(exc, cfg))}", file=sys.stderr, flush=True)
-            time.sleep(delay.total_seconds())
-    if progress is not None:  # a catch-up display of its own: the records set aside once, at the end
-        for batch_id in sorted(recorded):
-            print(f"batch {batch_id}: {recorded_text(recorded[batch_id])}", file=sys.stderr)
-    if cfg.policy().quarantine or recorded:
-        print(_run_summary(spark, cfg, recorded.values()), file=sys.stderr)
-    return 0
-
-
-def _query(spark, cfg: Settings, restarts: Restarts, progress, recorded: dict, replay: bool,
-           metrics: MetricsExport | None = None, signals: StopSignals | None = None, lease=None,
-           step_start: StepStart | None = None) -> RunAgain | None:
-    """One query to its end; returns why it is to start again from its checkpoint, else None."""
-    from reconstructor.spark.nothing_new import nothing_new
-    from reconstructor.spark.pipeline import start
-
-    if not replay and (line := nothing_new(spark, cfg, dt.datetime.now(dt.UTC))) is not None:
-        print(f"reconstructor: {line}", file=sys.stderr, flush=True)
-        return None
-    running = start(spark, cfg, replay=replay, on_counts=metrics.count if metrics is not None else None,
-                    lease_check=lease.check if lease is not None else None,
-                    lease_token=lease.token if lease is not None else None, step_start=step_start)
-    report = progress or functools.partial(_log_progress, running.sinks.recorded, cfg)
-
-    def on_progress(p: dict) -> None:
-        restarts.progressed(p)
-        report(p)
-
-    try:
-        return running.await_termination(on_progress=on_progress,
-                                         stop=signals.request if signals is not None else None)
-    finally:
-        running.stop()
-        if progress is not None:
-            progress.end_line()
-        recorded.update(running.sinks.recorded)
-        if metrics is not None:  # the listener is told asynchronously: the last batches may be untold
-            for p in running.recent_progress():
-                metrics.progressed(p)
-        if running.left_writing and lease is not None:  # last: it may end the driver's JVM
-            lease_under_writes(spark, lease, signalled=signals is not None and signals.request.requested)
-
-
-def lease_under_writes(spark, lease, *, signalled: bool) -> None:
-    """A batch of this driver still writing after the query stopped may yet commit while the
-    driver's JVM runs, so the lease is not given up under it.  A run stopped by a signal ends that
-    JVM, after which nothing of it can start a commit, and its lease is then released as usual (the
-    next scheduled run need not wait out a TTL); otherwise, or when the JVM is not this process's to
-    end (``spark-submit`` started it), the lease is left to expire."""
-    if not (signalled and driver_jvm.stop(spark)):
-        lease.keep()
+def _tell(line: str) -> None:
+    print(f"reconstructor: {line}", file=sys.stderr, flush=True)
 
 
 def _log_progress(recorded: dict, cfg: Settings, p: dict) -> None:
@@ -261,18 +172,14 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _run_summary(spark, cfg: Settings, batches) -> str:
+def _run_summary(cfg: Settings, quarantined_now: int, batches) -> str:
     """The run's last line on quarantine: sessions quarantined now (from the sessions table), and
     what this run recorded."""
-    # These load pandas and Arrow, which --help and config show do without.
-    from reconstructor.contract.tables import SESSIONS, VIOLATIONS, table_path
-    from reconstructor.core.state import SessionStatus
+    from reconstructor.contract.tables import VIOLATIONS, table_path  # it loads Arrow, which --help does without
 
     batches = list(batches)
     set_aside, drifts = sum(b.set_aside for b in batches), sum(b.drifts for b in batches)
-    now = (spark.read.format("delta").load(table_path(cfg.need("output"), SESSIONS))
-           .filter(f"status = '{SessionStatus.QUARANTINED.value}'").count())
-    return (f"quarantine: {_count(now, 'session')} quarantined now; this run set aside "
+    return (f"quarantine: {_count(quarantined_now, 'session')} quarantined now; this run set aside "
             f"{_count(set_aside, 'record')} and recorded {_count(drifts, 'snapshot drift')} in "
             f"{table_path(cfg.need('output'), VIOLATIONS)}")
 

@@ -8,9 +8,9 @@ import re
 import socket
 from pathlib import Path
 
-from reconstructor.cli.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.errors import SchemaError, SecurityRefused, UsageError
+from reconstructor.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
 from reconstructor.settings import SAFE_VACUUM_RETENTION, Needed, Settings, duration_text
 from reconstructor.spark.kafka_admin import broker_metadata, librdkafka_settings
 

@@ -14,7 +14,7 @@ import pytest
 
 import reconstructor
 from reconstructor import errors
-from reconstructor.cli.failures import explain
+from reconstructor.failures import explain
 
 PACKAGE = Path(reconstructor.__file__).parent
 EXIT_CODES = {errors.EXIT_FAILURE, errors.EXIT_USAGE, errors.EXIT_INTEGRITY}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.cli.failures import endpoint_address, explain
+from reconstructor.failures import endpoint_address, explain
 from reconstructor.errors import EXIT_FAILURE, IntegrityViolationError, ReconstructorError, UsageError
 from reconstructor.settings import Settings
 
