@@ -99,11 +99,11 @@ def _stream(cfg: Settings, app: str, progress=None, *, replay: bool = False,
         outcome = run_stream(spark, cfg, replay=replay, restarts=restarts or Restarts(0, cfg.restart_backoff),
                              signals=signals, lease=lease, on_progress=on_progress, tell=_tell,
                              query_ended=query_ended, metrics=metrics, step_start=step_start)
-    if progress is not None:  # the records set aside once, at the end
-        for batch_id in sorted(outcome.recorded):
-            print(f"batch {batch_id}: {recorded_text(outcome.recorded[batch_id])}", file=sys.stderr)
-    if outcome.quarantined_now is not None:
-        print(_run_summary(cfg, outcome.quarantined_now, outcome.recorded.values()), file=sys.stderr)
+        if progress is not None:  # the records set aside once, at the end
+            for batch_id in sorted(outcome.recorded):
+                print(f"batch {batch_id}: {recorded_text(outcome.recorded[batch_id])}", file=sys.stderr)
+        if outcome.quarantined_now is not None:
+            print(_run_summary(cfg, outcome.quarantined_now, outcome.recorded.values()), file=sys.stderr)
     return 0
 
 
