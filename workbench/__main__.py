@@ -14,9 +14,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from reconstructor.failures import explain
 from reconstructor.core.policy import OnViolation
 from reconstructor.errors import EXIT_OK
+from reconstructor.failures import explain
 from workbench.fleet import FAULTS
 
 

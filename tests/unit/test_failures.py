@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconstructor.failures import endpoint_address, explain
 from reconstructor.errors import EXIT_FAILURE, IntegrityViolationError, ReconstructorError, UsageError
+from reconstructor.failures import endpoint_address, explain
 from reconstructor.settings import Settings
 
 NO_BUCKET = (

@@ -234,8 +234,8 @@ def test_a_signalled_run_under_writes_ends_its_jvm_and_then_releases_its_lease(t
     """Under a batch still writing, a run stopped by a signal ends the driver's JVM (this process
     started it), after which nothing of it can commit, and releases its lease as usual, so that
     the next run need not wait out the TTL; a run that stops otherwise leaves the lease to expire."""
-    from reconstructor.spark.stream_run import lease_under_writes
     from reconstructor.contract.lease import FileLeaseStore, WriterLease
+    from reconstructor.spark.stream_run import lease_under_writes
 
     spark, proc = _driver_started_here()
     store = FileLeaseStore(tmp_path / "writer.lease")
