@@ -51,6 +51,11 @@ class Duration(dt.timedelta):
         return self.text
 
 
+def milliseconds(value: dt.timedelta) -> int:
+    """A duration in whole milliseconds, as Spark and the stateful step take it."""
+    return value // dt.timedelta(milliseconds=1)
+
+
 def duration_text(value: dt.timedelta) -> str:
     """A duration as words: as the operator wrote it, else in its largest whole unit ('7 days')."""
     if isinstance(value, Duration):

@@ -20,7 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.resync import DEFAULT_RESYNC_INTERVAL
 from reconstructor.errors import UsageError
-from reconstructor.settings.durations import AVAILABLE_NOW, SAFE_VACUUM_RETENTION, Duration, Trigger, duration_text
+from reconstructor.settings.durations import (
+    AVAILABLE_NOW,
+    SAFE_VACUUM_RETENTION,
+    Duration,
+    Trigger,
+    duration_text,
+    milliseconds,
+)
 from reconstructor.settings.secrets import redact
 
 if TYPE_CHECKING:
@@ -200,8 +207,8 @@ class Settings(BaseModel):
         """The stateful step's spec (``core.step_spec``), the same for both engines."""
         from reconstructor.core.step_spec import StepSpec  # it loads Arrow, which --help does without
 
-        return StepSpec(schema, session_timeout_ms=_ms(self.session_timeout),
-                        state_retention_ms=_ms(self.state_retention), await_snapshot=self.await_snapshot,
+        return StepSpec(schema, session_timeout_ms=milliseconds(self.session_timeout),
+                        state_retention_ms=milliseconds(self.state_retention), await_snapshot=self.await_snapshot,
                         policy=self.policy(), chain_key=self.chain_key or None)
 
     def need(self, name: Needed) -> str:
@@ -276,7 +283,3 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return json.dumps(value.value)
     return json.dumps(str(value))
-
-
-def _ms(duration: dt.timedelta) -> int:
-    return duration // dt.timedelta(milliseconds=1)

@@ -24,6 +24,7 @@ from reconstructor.core.seed import NO_SEEDS
 from reconstructor.core.step_spec import NO_START, StepStart
 from reconstructor.errors import IntegrityViolationError, ReconstructorError, StoppedBySignal, error_line
 from reconstructor.settings import Settings
+from reconstructor.settings.durations import milliseconds
 from reconstructor.spark.catalog import comment_tables, register_tables
 from reconstructor.spark.chain_seeds import chain_seeds
 from reconstructor.spark.checkpoint import checkpoint_state, record_output
@@ -49,10 +50,6 @@ def _seal_existing_rows(spark: SparkSession, cfg: Settings) -> None:
         sealed = seal_sessions(spark, cfg.need("output"), ChainKey(cfg.chain_key))
         if sealed:
             logging.getLogger(__name__).info("sealed %d sessions rows written before the output was sealed", sealed)
-
-
-def _ms(duration: dt.timedelta) -> int:
-    return duration // dt.timedelta(milliseconds=1)
 
 
 class RunningPipeline:
@@ -319,7 +316,7 @@ def _writer(out: DataFrame, sinks: DeltaSinks, cfg: Settings, query_name: str | 
         return writer.trigger(once=True)
     if cfg.trigger.interval is None:
         raise ValueError(f"trigger {cfg.trigger} is neither once, available-now nor an interval")
-    return writer.trigger(processingTime=f"{_ms(cfg.trigger.interval)} milliseconds")
+    return writer.trigger(processingTime=f"{milliseconds(cfg.trigger.interval)} milliseconds")
 
 
 def _compactor(spark: SparkSession, cfg: Settings, vacuum: bool, lease_check=None) -> BackgroundCompactor | None:
