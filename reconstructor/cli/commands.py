@@ -56,7 +56,7 @@ def _spark(cfg: Settings, app: str, signals: StopSignals | None = None):
 
 
 def _validated_stream(cfg: Settings) -> None:
-    validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
+    cfg.require("bootstrap_servers", "topic_pattern", "output", "checkpoint")
     validate.topic_pattern(cfg.need("topic_pattern"))
     validate.resync_topic(cfg.resync_topic, cfg.topic_pattern)
     validate.kafka_options(cfg.kafka)
@@ -217,7 +217,7 @@ def replay(args) -> int:
     cfg.checkpoint = args.checkpoint
     if not cfg.checkpoint and cfg.output:
         cfg.checkpoint = f"{cfg.output.rstrip('/')}/_checkpoints/replay-{uuid.uuid4().hex[:8]}"
-    validate.require(cfg, "bootstrap_servers", "topic_pattern", "output", "checkpoint")
+    cfg.require("bootstrap_servers", "topic_pattern", "output", "checkpoint")
     step_start = None  # what a replay from the last snapshots adds to the step (core.step_spec)
     if args.from_offsets:
         offsets = validate.offsets_within(validate.starting_offsets(args.from_offsets), cfg.need("topic_pattern"))
@@ -243,7 +243,7 @@ def replay(args) -> int:
 
 def compact(args) -> int:
     cfg = from_args(args)
-    validate.require(cfg, "output")
+    cfg.require("output")
     validate.vacuum_retention(cfg.vacuum_retention, cfg.unsafe_vacuum_retention)
     from reconstructor.contract.lease import WriterLease, lease_store
     from reconstructor.spark.compaction import Compactor
@@ -281,7 +281,7 @@ def compact(args) -> int:
 
 def state(args) -> int:
     cfg = from_args(args)
-    validate.require(cfg, "checkpoint")
+    cfg.require("checkpoint")
     schema = validate.row_schema(cfg.row_schema)
     from reconstructor.spark.state_reader import read_session_state
 
@@ -299,7 +299,7 @@ def state(args) -> int:
 def verify(args) -> int:
     """The tables at rest held to each other (``reconstructor.audit.checks``), read with delta-rs."""
     cfg = from_args(args)
-    validate.require(cfg, "output")
+    cfg.require("output")
     topics = validate.topic_pattern(args.topic_pattern) if args.topic_pattern else None
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
     from reconstructor.audit.checks import Verification
@@ -336,7 +336,7 @@ def verify(args) -> int:
 def asof(args) -> int:
     """A session's table as it was at a seq or an event time, folded from ``row_changes``."""
     cfg = from_args(args)
-    validate.require(cfg, "output")
+    cfg.require("output")
     at = None
     if args.at is not None:
         try:

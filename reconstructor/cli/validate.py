@@ -11,13 +11,8 @@ from pathlib import Path
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.errors import SchemaError, SecurityRefused, UsageError
 from reconstructor.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
-from reconstructor.settings import SAFE_VACUUM_RETENTION, Needed, Settings, duration_text
+from reconstructor.settings import SAFE_VACUUM_RETENTION, duration_text
 from reconstructor.spark.kafka_admin import broker_metadata, librdkafka_settings
-
-
-def require(cfg: Settings, *names: Needed) -> None:
-    """Every one of ``names`` set, or one line naming the missing flags (``Settings.require``)."""
-    cfg.require(*names)
 
 
 def topic_pattern(pattern: str) -> str:
