@@ -16,27 +16,13 @@ import pandas as pd
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.frames import INPUT
+from reconstructor.testing.messages import BASE_TS, Message
 
 SCHEMA = RowSchema.load("demo_sensor")
-BASE_TS = dt.datetime(2026, 11, 21, 10, 0, 0)
 
 
-@dataclass
-class Msg:
-    """One Kafka record as the Spark layer hands it to the core (already parsed)."""
-
-    seq: int
-    type: str
-    rows: list[dict] = field(default_factory=list)  # {"id", "op", "values"}
-    partition: int = 0
-    offset: int = 0
-    session: str = "s1"
-    key: str | None = None
-    error: str | None = None
-
-    @property
-    def event_ts(self) -> dt.datetime:
-        return BASE_TS + dt.timedelta(seconds=self.seq % 10**8)  # a seq may be the largest long
+#: The kit's message (``reconstructor.testing.messages``): the strategies draw it, the model takes it.
+Msg = Message
 
 
 def to_frame(msgs: list[Msg], schema: RowSchema = SCHEMA) -> pd.DataFrame:

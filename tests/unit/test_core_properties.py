@@ -27,7 +27,7 @@ from tests.support.model import (
     table_as_dict,
     to_frame,
 )
-from tests.support.strategies import batches_of, valid_session
+from reconstructor.testing.strategies import batches_of, valid_session
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
