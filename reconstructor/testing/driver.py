@@ -27,6 +27,7 @@ from reconstructor.core.record_parse import KafkaRecord, parse_record
 from reconstructor.core.state import SessionState
 from reconstructor.core.violations import ViolationRecord
 from reconstructor.errors import EXIT_INTEGRITY
+from reconstructor import settings as config
 from reconstructor.settings import Settings
 from reconstructor.testing.group_state import GroupState, StoredState
 from reconstructor.testing.tables import DriverTables
@@ -81,9 +82,11 @@ class _Offsets:
 class TestDriver:
     """Pipes records through the parse and the stateful step, one micro-batch per ``pipe``.
 
-    ``settings`` are ``run``'s (``reconstructor.settings.Settings``: ``on_violation``,
+    ``settings`` are ``run``'s, as a ``reconstructor.settings.Settings`` or as a config file's
+    table has them (``{"on_violation": "quarantine", "session_timeout": "10 seconds"}``):
+    ``on_violation``,
     ``on_drift``, ``await_snapshot``, ``session_timeout``, ``state_retention``, ``chain_key``,
-    ``row_schema``); ``schema`` overrides the settings' row schema; ``clock`` gives the batches'
+    ``row_schema``; ``schema`` overrides the settings' row schema; ``clock`` gives the batches'
     processing time in epoch milliseconds (default: a ``ManualClock`` at the wall time of the
     driver's creation; move it with ``advance``).  A session silent past its timeout times out in
     the next batch whose time reaches it, as in a run (``pipe([])`` is a batch without records).
@@ -94,11 +97,12 @@ class TestDriver:
 
     __test__ = False  # a product class, not a test case for pytest to collect
 
-    def __init__(self, schema: RowSchema | None = None, settings: Settings | None = None, *,
+    def __init__(self, schema: RowSchema | None = None, settings: Settings | Mapping[str, Any] | None = None, *,
                  clock: Callable[[], int] | None = None):
         from reconstructor.spark.stateful import SessionReconstructor  # imports no JVM
 
-        self.settings = settings if settings is not None else Settings()
+        self.settings = settings if isinstance(settings, Settings) else config.load(
+            None, env={}, flags=dict(settings or {}))
         self.schema = schema if schema is not None else RowSchema.load(self.settings.row_schema)
         self.spec = self.settings.step_spec(self.schema)
         self.clock: Callable[[], int] = clock if clock is not None else ManualClock()
