@@ -45,34 +45,41 @@ def row_values(schema: RowSchema | None = None) -> st.SearchStrategy[dict[str, A
 
 @st.composite
 def valid_session(draw: st.DrawFn, max_messages: int = 25, session: str = "s1", partition: int = 0,
-                  schema: RowSchema | None = None, topic: str = "sensor") -> list[Message]:
+                  schema: RowSchema | None = None, topic: str = "sensor", restarts: bool = False) -> list[Message]:
     """A valid session: a snapshot, then updates with now and then a resync snapshot, maybe an
     end; seqs consecutive from a drawn start, offsets consecutive from 100 on one partition.
-    The rules apply every message: no violation, the table is the fold of its rows."""
+    The rules apply every message: no violation, the table is the fold of its rows.
+
+    A resync snapshot restates the table; with ``restarts`` it may be a new table instead (a
+    sensor that restarted), which the rules apply too, and record as a ``SNAPSHOT_DRIFT`` when
+    ``on_drift`` is ``record`` (the default)."""
     values = row_values(schema)
     n = draw(st.integers(1, max_messages))
     first_seq = draw(st.integers(0, 1000))
-    present: set[str] = set()
+    table: dict[str, dict[str, Any]] = {}
     msgs = []
     for i in range(n):
         kind = "snapshot" if i == 0 else draw(st.sampled_from(["update"] * 6 + ["snapshot"]))
         rows: list[dict[str, Any]] = []
-        if kind == "snapshot":
+        if kind == "snapshot" and (i == 0 or restarts):
             ids = draw(st.lists(st.sampled_from(ROW_IDS), unique=True, max_size=8))
             rows = [{"id": rid, "values": draw(values)} for rid in ids]
-            present = set(ids)
+            table = {r["id"]: r["values"] for r in rows}
+        elif kind == "snapshot":
+            rows = [{"id": rid, "values": dict(v)} for rid, v in sorted(table.items())]
         else:
             for _ in range(draw(st.integers(0, 6))):
-                if present and draw(st.booleans()):
-                    rid = draw(st.sampled_from(sorted(present)))
+                if table and draw(st.booleans()):
+                    rid = draw(st.sampled_from(sorted(table)))
                     if draw(st.booleans()):
                         rows.append({"id": rid, "op": "delete"})
-                        present.discard(rid)
+                        del table[rid]
                         continue
                 else:
                     rid = draw(st.sampled_from(ROW_IDS))
-                rows.append({"id": rid, "op": "upsert", "values": draw(values)})
-                present.add(rid)
+                drawn = draw(values)
+                rows.append({"id": rid, "op": "upsert", "values": drawn})
+                table[rid] = drawn
         msgs.append(Message(seq=first_seq + i, type=kind, rows=rows, partition=partition, offset=100 + i,
                             session=session, topic=topic))
     if draw(st.booleans()):

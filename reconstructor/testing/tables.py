@@ -139,10 +139,10 @@ def _from_micros(us: int) -> dt.datetime:
 def _plain(value: Any) -> Any:
     """A value of a pandas row as Arrow takes it: a time as an aware UTC datetime, a missing value
     as None."""
-    if value is None:
+    if value is None or value is pd.NaT:
         return None
     if isinstance(value, pd.Timestamp):
-        return None if pd.isna(value) else (value.tz_localize("UTC") if value.tzinfo is None else value).to_pydatetime()
+        return (value.tz_localize("UTC") if value.tzinfo is None else value).to_pydatetime()
     if isinstance(value, dt.datetime):
         return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
     try:

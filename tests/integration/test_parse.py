@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.core.record_parse import KafkaRecord, parse_record
 from reconstructor.spark.parse import parse_records
+from tests.integration.test_fuzz import JSON_ANY, dumps, fleet
 
 pytestmark = pytest.mark.integration
 TS = "2026-11-21T10:00:00Z"
@@ -269,3 +273,62 @@ def test_fast_path_never_changes_a_result(spark, messages):
     assert len(fast) == len(checked)
     for f, c in zip(fast, checked):
         assert f == c, (messages[f[3]], f, c)
+
+
+# The parse without Spark against Spark's: records of the fuzz suite's hostile fleets and the
+# messages above, one DataFrame per example.  ``RECON_PARSE_EXAMPLES`` runs more, ``RECON_PARSE_SEED``
+# other ones.
+KAFKA_DDL = "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY"
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+@st.composite
+def _odd_value(draw) -> str:
+    """A message whose one column holds any JSON (doubles of every size, nested arrays and objects):
+    how Spark names and prints a wrong value."""
+    column = draw(st.sampled_from(RowSchema.load().names))
+    value = dumps(draw(st.one_of(st.floats(allow_nan=False), JSON_ANY)))
+    return '{"session":"s1","seq":1,"type":"update","ts":"%s","rows":[{"id":"a","values":{"%s":%s}}]}' % (
+        TS, column, value)
+
+
+@st.composite
+def _kafka_records(draw) -> list[KafkaRecord]:
+    hostile = draw(fleet())
+    kafka_ts = dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC)
+    messages = draw(st.lists(st.one_of(_message(), _odd_value()), max_size=20))
+    return ([KafkaRecord("parse-t", r.partition, r.offset, r.kafka_ts, r.key, r.value) for r in hostile]
+            + [KafkaRecord("parse-t", 0, 10_000 + i, kafka_ts, b"s1", m.encode()) for i, m in enumerate(messages)])
+
+
+def _comparable(value):
+    """Exactly the value: a time as epoch microseconds, a double by its bits."""
+    if isinstance(value, dt.datetime):
+        return (value - EPOCH) // dt.timedelta(microseconds=1)
+    if isinstance(value, float):
+        return struct.pack("<d", value)
+    return value
+
+
+@settings(max_examples=int(os.environ.get("RECON_PARSE_EXAMPLES") or 12), deadline=None,
+          phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large, HealthCheck.large_base_example])
+@seed(int(os.environ.get("RECON_PARSE_SEED") or 20261128))
+@given(records=_kafka_records())
+def test_the_parse_without_spark_is_sparks(spark, records):
+    """Every row ``parse_record`` gives is the row Spark's exhaustive parse gives: every column,
+    the error text character for character."""
+    schema = RowSchema.load()
+    df = spark.createDataFrame([(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value) for r in records],
+                               KAFKA_DDL)
+    parsed = parse_records(df, schema, fast_path=False, keep_values=True)
+    out = parsed.select([F.unix_micros(c).alias(c) if t == "timestamp" else F.col(c) for c, t in parsed.dtypes])
+    spark_rows = {(r.offset, r.row_pos): tuple(_comparable(v) for v in r) for r in out.collect()}
+    by_offset = {r.offset: r for r in records}
+    ours = {(row["offset"], row["row_pos"]): tuple(_comparable(v) for v in row.values())
+            for r in records for row in parse_record(r, schema, keep_value=True)}
+    assert sorted(ours, key=str) == sorted(spark_rows, key=str)
+    for where, row in spark_rows.items():
+        assert ours[where] == row, (by_offset[where[0]], [(c, a, b) for c, a, b in zip(out.columns, ours[where], row)
+                                                          if a != b])

@@ -103,7 +103,7 @@ def plain_table(table: dict) -> dict:
 @PROFILE
 @given(data=st.data())
 def test_the_core_change_log_folds_to_the_model_table_in_any_batch_order(data):
-    msgs = data.draw(valid_session())
+    msgs = data.draw(valid_session(restarts=True))
     changes, _, _ = core_output(data.draw(batches_of(msgs)))
     shuffled = changes.sample(frac=1, random_state=data.draw(st.integers(0, 99))).reset_index(drop=True)
     fold = ChangeFold(NAMES)
@@ -116,7 +116,7 @@ def test_the_core_change_log_folds_to_the_model_table_in_any_batch_order(data):
 @PROFILE
 @given(data=st.data())
 def test_asof_a_seq_is_the_model_after_that_message(data):
-    msgs = data.draw(valid_session())
+    msgs = data.draw(valid_session(restarts=True))
     changes, _, _ = core_output(data.draw(batches_of(msgs)))
     k = data.draw(st.integers(0, len(msgs) - 1))
     assert plain_table(fold_of(changes_up_to(changes, seq=msgs[k].seq))) == model_after(msgs[: k + 1])
@@ -125,7 +125,7 @@ def test_asof_a_seq_is_the_model_after_that_message(data):
 @PROFILE
 @given(data=st.data())
 def test_asof_an_event_time_is_the_model_after_the_messages_up_to_it(data):
-    msgs = data.draw(valid_session())
+    msgs = data.draw(valid_session(restarts=True))
     changes, _, _ = core_output(data.draw(batches_of(msgs)))
     k = data.draw(st.integers(0, len(msgs) - 1))
     at = pd.Timestamp(msgs[k].event_ts).tz_localize("UTC")
@@ -135,7 +135,7 @@ def test_asof_an_event_time_is_the_model_after_the_messages_up_to_it(data):
 @PROFILE
 @given(data=st.data())
 def test_the_tables_the_core_writes_verify(data):
-    msgs = data.draw(valid_session())
+    msgs = data.draw(valid_session(restarts=True))
     changes, sessions, current = core_output(data.draw(batches_of(msgs)))
     found, check = verify(changes, sessions, current)
     assert found is None, found.line()

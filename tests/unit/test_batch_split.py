@@ -27,7 +27,7 @@ INT64_MAX = 2**63 - 1
 def perturbed_stream(draw):
     """A session's records in Kafka order: valid, or with one message swapped with its neighbour,
     dropped, repeated, malformed or keyed to another session.  Offsets follow the Kafka order."""
-    msgs = draw(valid_session(max_messages=12))
+    msgs = draw(valid_session(max_messages=12, restarts=True))
     fault = draw(st.sampled_from(["none", "swap", "drop", "repeat", "malformed", "key"]))
     if len(msgs) > 1 and fault != "none":
         i = draw(st.integers(0, len(msgs) - 2))

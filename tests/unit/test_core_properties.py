@@ -82,7 +82,7 @@ def model_table(model: Model) -> dict:
 @PROFILE
 @given(data=st.data(), split=st.lists(st.integers(1, 4), min_size=1, max_size=3))
 def test_valid_sessions_reconstruct_exactly_as_the_model(data, split):
-    msgs = data.draw(valid_session())
+    msgs = data.draw(valid_session(restarts=True))
     batches = data.draw(batches_of(msgs))
     state, changes, violation = run_core(batches, split)
     model, expected_violation = run_model(batches)
@@ -108,7 +108,7 @@ def test_the_update_fast_path_agrees_with_the_general_path(data, split):
     the snapshot that starts one): on every batch it takes, it must give exactly what the general
     path gives; and it must take every such valid batch, or the property above would not be
     testing it."""
-    msgs = data.draw(valid_session())
+    msgs = data.draw(valid_session(restarts=True))
     batches = data.draw(batches_of(msgs))
     state = None
     for i, batch in enumerate(batches):
@@ -156,7 +156,7 @@ FAULTS = ["gap", "duplicate", "reorder_across_batches", "update_first", "partiti
 @st.composite
 def faulty(draw):
     """A valid session with one injected fault, cut into batches; and the kind the model expects."""
-    msgs = draw(valid_session(max_messages=15))
+    msgs = draw(valid_session(max_messages=15, restarts=True))
     msgs = [m for m in msgs if m.type != "end"]
     fault = draw(st.sampled_from(FAULTS))
     last = msgs[-1]

@@ -54,7 +54,7 @@ def faulty_stream(draw):
     """A session's records in Kafka order with one to three faults (a record dropped, repeated,
     swapped with its neighbour, malformed, keyed to another session, a delete of an unknown row,
     the first snapshot lost), and snapshots that can resync it.  Offsets follow the Kafka order."""
-    msgs = draw(valid_session(max_messages=14))
+    msgs = draw(valid_session(max_messages=14, restarts=True))
     for _ in range(draw(st.integers(1, 3))):
         if len(msgs) < 2:
             break
@@ -112,7 +112,7 @@ def test_quarantine_agrees_with_the_model_whatever_the_micro_batch_split(data):
 def test_a_resync_leaves_the_session_as_a_clean_run_from_the_resync_snapshot(data):
     """Quarantine, then the next snapshot: the same table, seqs and later changes as a strict run
     that starts at that snapshot."""
-    msgs = data.draw(valid_session(max_messages=14))
+    msgs = data.draw(valid_session(max_messages=14, restarts=True))
     snapshots = [i for i, m in enumerate(msgs) if m.type == "snapshot" and i > 0]
     if not snapshots:
         msgs.insert(len(msgs) - (msgs[-1].type == "end"), Msg(0, "snapshot", rows=[{"id": "r1", "values": {}}]))

@@ -97,7 +97,7 @@ def switches(draw):
     """A session's records, where the live run stops (``cut``), where a replay starts re-reading
     them (``start``, after the last snapshot before the cut), whether the session timed out at the
     switch, what follows it, and the mode."""
-    msgs = draw(valid_session(max_messages=12))
+    msgs = draw(valid_session(max_messages=12, restarts=True))
     cut = draw(st.integers(1, len(msgs)))
     snaps = [i for i in range(cut) if msgs[i].type == "snapshot"]
     start = draw(st.integers(snaps[-1] + 1, cut))

@@ -24,7 +24,10 @@ _STAMPS = ("updated_at", "detected_at")
 
 
 def _tables(driver: TestDriver) -> dict:
-    return {name: table.drop_columns([c for c in _STAMPS if c in table.column_names]).to_pylist()
+    """Each table's rows in Kafka order (the appends are in the order of their batches' groups)."""
+    def order(row: dict) -> tuple:
+        return tuple((v is None, str(v)) for v in row.values())
+    return {name: sorted(table.drop_columns([c for c in _STAMPS if c in table.column_names]).to_pylist(), key=order)
             for name, table in driver.tables.items()}
 
 
