@@ -8,6 +8,7 @@ run too.
 from __future__ import annotations
 
 import re
+import runpy
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,10 @@ def test_in_quarantine_mode_a_fault_is_recorded_and_the_run_goes_on(data):
     assert driver.pipe(m.record() for m in messages).ok
     first = driver.tables["violations"].to_pylist()[0]
     assert (first["kind"], first["offset"]) == (kind, bad.offset)
-    assert driver.state("sensor", "s1").status.value == "quarantined"
+    # A snapshot after the fault resyncs the session (a GAP's refused record may be one itself).
+    resynced = any(m.type == "snapshot" and m.offset >= bad.offset and (m is not bad or kind == "GAP")
+                   for m in messages)
+    assert driver.state("sensor", "s1").status.value == ("open" if resynced else "quarantined")
 
 
 @_FAST
@@ -107,10 +111,13 @@ def test_a_record_that_is_not_json_is_malformed_with_its_coordinates():
     verdict = driver.pipe([{"topic": "t", "partition": 2, "offset": 41, "key": "s1", "value": b"{oops"}])
     assert verdict.exit_code == 3
     assert verdict.line == ("reconstructor: INTEGRITY VIOLATION MALFORMED topic=t partition=2 offset=41 "
-                            "session=s1 expected_seq=none found_seq=none value is not valid JSON")
+                            "session=s1 expected_seq=none found_seq=none: value is not valid JSON")
 
 
 @pytest.mark.parametrize("example", re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S),
                          ids=["producer", "consumer"])
-def test_the_documented_examples_run(example):
-    exec(compile(example, str(DOCS), "exec"), {"__name__": "docs_testing"})
+def test_the_documented_examples_run(example, tmp_path):
+    """Each example as a file of its own (hypothesis reads a test's source), run as a script."""
+    script = tmp_path / "example.py"
+    script.write_text(example)
+    runpy.run_path(str(script), run_name="docs_testing")
