@@ -69,7 +69,7 @@ def valid_session(draw: st.DrawFn, max_messages: int = 25, session: str = "s1", 
             rows = [{"id": rid, "values": dict(v)} for rid, v in sorted(table.items())]
         else:
             for _ in range(draw(st.integers(0, 6))):
-                if table and draw(st.booleans()):
+                if len(table) > 0 and draw(st.booleans()):
                     rid = draw(st.sampled_from(sorted(table)))
                     if draw(st.booleans()):
                         rows.append({"id": rid, "op": "delete"})

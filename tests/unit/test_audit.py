@@ -24,8 +24,8 @@ from reconstructor.core.chain import CHAIN_START, NO_KEY, ChainKey, ChainSeed, c
 from reconstructor.core.seal import session_seal
 from reconstructor.errors import UsageError
 from reconstructor.settings import S3Settings
-from tests.support.model import SCHEMA, Model, Msg, normalise_values, to_frame
 from reconstructor.testing.strategies import batches_of, valid_session
+from tests.support.model import SCHEMA, Model, Msg, normalise_values, to_frame
 
 PROFILE = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOPIC, SESSION = "sensor-1", "s1"

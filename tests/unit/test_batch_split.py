@@ -15,8 +15,8 @@ from reconstructor.core import ViolationKind
 from reconstructor.core.batch import process_batch
 from reconstructor.core.frames import concat_rows
 from reconstructor.core.state import SessionStatus
-from tests.support.model import SCHEMA, Msg, table_as_dict, to_frame
 from reconstructor.testing.strategies import micro_batches, valid_session
+from tests.support.model import SCHEMA, Msg, table_as_dict, to_frame
 from tests.unit.test_core_properties import run_core, run_model
 
 PROFILE = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

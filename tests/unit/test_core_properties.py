@@ -17,6 +17,7 @@ from reconstructor.core.blob import dump_table, load_table, read_table
 from reconstructor.core.frames import concat_rows
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.table import last_change_per_row
+from reconstructor.testing.strategies import batches_of, valid_session
 from tests.support.model import (
     SCHEMA,
     Model,
@@ -27,7 +28,6 @@ from tests.support.model import (
     table_as_dict,
     to_frame,
 )
-from reconstructor.testing.strategies import batches_of, valid_session
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -16,8 +16,8 @@ from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
 from reconstructor.core.state import SessionStatus
-from tests.support.model import SCHEMA, Msg, QuarantineModel, normalise_values, split_rows, table_as_dict, to_frame
 from reconstructor.testing.strategies import micro_batches, valid_session
+from tests.support.model import SCHEMA, Msg, QuarantineModel, normalise_values, split_rows, table_as_dict, to_frame
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], phases=[Phase.explicit, Phase.reuse, Phase.generate])
 QUARANTINE = IntegrityPolicy(OnViolation.QUARANTINE)

@@ -24,9 +24,9 @@ from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.step_spec import StepSpec, StepStart
 from reconstructor.spark.stateful import SessionReconstructor
+from reconstructor.testing.strategies import micro_batches, valid_session
 from tests.support.groupstate import group_state
 from tests.support.model import SCHEMA, Msg, to_frame
-from reconstructor.testing.strategies import micro_batches, valid_session
 
 # What ``spark.stateful`` ignores in Spark's workers too: a resumed session's rows back after a batch
 # that changed none (``core.table.rows_back``).
