@@ -3,6 +3,7 @@ stateful step and Delta, through the command line."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 from collections import defaultdict
@@ -12,7 +13,9 @@ import pytest
 from confluent_kafka import Producer
 
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import TABLES
 from reconstructor.core.data_loss import offsets_from_log
+from reconstructor.testing import TestDriver
 
 # The CLI in this process, over the suite's SparkSession: the process boundary is not their subject.
 from tests.support.cli import cli_in_process as cli
@@ -22,6 +25,7 @@ from tests.support.pipeline import (
     current_tables,
     expected_all,
     expected_open,
+    kafka_records,
     offsets_of,
     produce,
     read_table,
@@ -139,6 +143,10 @@ def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs
     assert read_all(stack.bootstrap_servers(), resync[2]) == []  # every session resynced within the batch
     assert current_tables(spark, out2, NAMES) == current_tables(spark, out, NAMES)
 
+    # The test kit's driver, over the records Kafka holds, leaves the tables this run left.
+    driven = _driver_tables(spark, pattern, {"on_violation": "quarantine"})
+    assert driven["row_changes"] and driven["violations"] and driven == _spark_tables(spark, out2)
+
 
 def test_a_dropped_update_before_a_periodic_snapshot_is_recorded_as_drift_and_fails_the_query_when_asked(
         stack, spark, run_id, tmp_path):
@@ -161,3 +169,26 @@ def test_a_dropped_update_before_a_periodic_snapshot_is_recorded_as_drift_and_fa
     assert failed.returncode == 3, failed.stderr[-3000:]
     assert failed.stderr.strip().splitlines()[-1].startswith(
         f"reconstructor: INTEGRITY VIOLATION SNAPSHOT_DRIFT topic={prefix}0 partition={drift[1]} offset={drift[2]}")
+
+
+#: Columns each batch stamps with its own time, and the one only resync requests write.
+_STAMPED = {"updated_at", "detected_at", "resync_requested_at"}
+
+
+def _rows(rows: list[dict]) -> list[dict]:
+    """Rows without the stamped columns, times as naive UTC, in one order."""
+    out = [{k: (v.astimezone(dt.UTC).replace(tzinfo=None) if isinstance(v, dt.datetime) and v.tzinfo else v)
+            for k, v in row.items() if k not in _STAMPED} for row in rows]
+    return sorted(out, key=lambda r: tuple((v is None, str(v)) for v in r.values()))
+
+
+def _spark_tables(spark, out: str) -> dict:
+    return {name: _rows([r.asDict() for r in read_table(spark, out, name).collect()]) for name in TABLES}
+
+
+def _driver_tables(spark, pattern: str, settings: dict) -> dict:
+    """What ``TestDriver`` makes of every record of the topics, in one batch (the tables do not
+    depend on where batches end)."""
+    driver = TestDriver(settings=settings)
+    driver.pipe(kafka_records(spark, pattern))
+    return {name: _rows(table.to_pylist()) for name, table in driver.tables.items()}

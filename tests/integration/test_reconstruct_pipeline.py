@@ -9,11 +9,13 @@ from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import ROW_CHANGES, STATS_COLUMNS, table_path
 from reconstructor.errors import IntegrityViolationError
 from reconstructor.spark.catalog import path_ref
+from reconstructor.testing import TestDriver
 from tests.support.pipeline import (
     change_count,
     current_tables,
     expected_all,
     expected_open,
+    kafka_records,
     offsets_of,
     produce,
     read_table,
@@ -87,6 +89,11 @@ def test_an_injected_gap_fails_the_query_naming_the_record_and_writes_nothing(sp
     # The whole micro-batch was refused: no table holds anything of it.
     for table in ("row_changes", "current_rows", "sessions"):
         assert read_table(spark, out, table).count() == 0
+    # The test kit's driver stops on the same record with the same line, and writes nothing either.
+    driver = TestDriver()
+    verdict = driver.pipe(kafka_records(spark, f"gap{run_id}-sensor-[0-9]+"))
+    assert verdict.violation == err.value.violation and verdict.line == f"reconstructor: {err.value}"
+    assert all(table.num_rows == 0 for table in driver.tables.values())
 
 
 def test_a_restart_from_the_checkpoint_continues_the_sequence(spark, stack, run_id):

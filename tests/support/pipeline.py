@@ -9,6 +9,7 @@ from delta.tables import DeltaTable
 
 from reconstructor import settings as config
 from reconstructor.contract.tables import TABLES
+from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.spark.pipeline import start
 from tests.support.kafka import create_topics
 from workbench import localstack
@@ -54,6 +55,14 @@ def run(spark, pattern: str, output: str, checkpoint: str, **settings) -> None:
                 return
         finally:
             running.stop()
+
+
+def kafka_records(spark, pattern: str) -> list[KafkaRecord]:
+    """Every record of the topics ``pattern`` matches, in Kafka order, as the test kit takes them."""
+    rows = (spark.read.format("kafka").option("kafka.bootstrap.servers", localstack.bootstrap_servers())
+            .option("subscribePattern", pattern).option("startingOffsets", "earliest").load().collect())
+    return [KafkaRecord(r.topic, r.partition, r.offset, r.timestamp.replace(tzinfo=dt.UTC), r.key, r.value)
+            for r in sorted(rows, key=lambda r: (r.topic, r.partition, r.offset))]
 
 
 def read_table(spark, output: str, name: str):
