@@ -248,7 +248,8 @@ class VariantDecimal:
 
 
 class _Invalid(Exception):
-    """The text is not JSON that ``try_parse_json`` (and the trailing-content check) takes."""
+    """Private to this module: the text is not JSON that ``try_parse_json`` (and the trailing-content
+    check) takes; ``parse_variant`` turns it into None."""
 
 
 MAX_DEPTH = 999  # Jackson's 1000, less the level the trailing-content check wraps the value in

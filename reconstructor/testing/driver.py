@@ -4,7 +4,7 @@ Kafka Streams has its ``TopologyTestDriver``; this is the reconstructor's.  Reco
 parse (``reconstructor.core.record_parse``, the Spark parse's proven twin) and the state function
 that ``run``'s Python engine calls (``reconstructor.spark.stateful.SessionReconstructor``), with
 the same settings as ``run`` and a clock you move, and the driver keeps what the tables would
-hold (``reconstructor.testing.tables``) and each session's state.  No JVM starts: a case costs
+hold (``reconstructor.testing.driver_tables``) and each session's state.  No JVM starts: a case costs
 milliseconds, so a property test can run thousands.
 """
 
@@ -29,8 +29,8 @@ from reconstructor.core.state import SessionState
 from reconstructor.core.violations import ViolationRecord
 from reconstructor.errors import EXIT_INTEGRITY
 from reconstructor.settings import Settings
+from reconstructor.testing.driver_tables import DriverTables
 from reconstructor.testing.group_state import GroupState, StoredState
-from reconstructor.testing.tables import DriverTables
 
 #: A record as the driver takes it: a ``KafkaRecord``, or a mapping with ``topic`` and ``value``
 #: (a dict is written as JSON, text as UTF-8, bytes as they are) and optionally ``partition``

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -70,6 +72,28 @@ def test_the_wheel_is_what_runs(wheel_env, tmp_path):
     where, columns = probe.stdout.split()
     assert "site-packages" in where and str(REPO) not in where
     assert int(columns) == len(NAMES)
+
+
+def test_the_test_kit_in_the_wheel_runs_the_documented_examples(wheel_env, tmp_path):
+    """``reconstructor.testing`` as a producer or consumer team installs it: the wheel alone in a new
+    virtualenv that sees this one's packages (its dependencies and hypothesis) through a ``.pth``
+    file, and ``docs/testing.md``'s examples run there as scripts, outside the checkout."""
+    wheel, _ = wheel_env
+    venv = tmp_path / "kit"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=600)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    (Path(site) / "project_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    examples = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "testing.md").read_text(), re.S)
+    assert len(examples) == 2
+    for n, example in enumerate(examples):
+        script = tmp_path / f"example_{n}.py"
+        script.write_text(example + "\nimport reconstructor.testing\nprint(reconstructor.testing.__file__)\n")
+        ran = _call(venv / "bin", tmp_path, str(python), str(script), timeout=600)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert str(venv) in ran.stdout and str(REPO) not in ran.stdout, ran.stdout
 
 
 def test_the_wheel_holds_the_product_and_no_workbench(wheel_env):
