@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconstructor.spark.kafka_admin import broker_metadata
+from reconstructor.kafka_admin import broker_metadata
 from workbench.processes import checkout_root, pid_alive, stack_dir
 
 S3_ACCESS_KEY = "test"

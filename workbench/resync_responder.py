@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
 
-from reconstructor.spark.kafka_admin import watermarks
+from reconstructor.kafka_admin import watermarks
 from workbench.fleet import Planned, expected_tables, hash_partition
 from workbench.producer import SensorProducer, encode, librdkafka_logging
 

@@ -21,8 +21,8 @@ from reconstructor.contract.tables import SESSIONS, table_path
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
+from reconstructor.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings, watermarks
 from reconstructor.settings import Settings
-from reconstructor.spark.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings, watermarks
 
 if TYPE_CHECKING:
     from reconstructor.core.seed import SessionSeeds

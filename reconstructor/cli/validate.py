@@ -11,8 +11,8 @@ from pathlib import Path
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.errors import SchemaError, SecurityRefused, UsageError
 from reconstructor.failures import endpoint_address, kafka_down, kafka_refuses, s3_endpoint_down
+from reconstructor.kafka_admin import broker_metadata, librdkafka_settings
 from reconstructor.settings import SAFE_VACUUM_RETENTION, duration_text
-from reconstructor.spark.kafka_admin import broker_metadata, librdkafka_settings
 
 
 def topic_pattern(pattern: str) -> str:

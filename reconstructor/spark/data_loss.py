@@ -30,8 +30,8 @@ from reconstructor.core.data_loss import (
 )
 from reconstructor.core.state import SessionStatus
 from reconstructor.errors import ReconstructorError
+from reconstructor.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
-from reconstructor.spark.kafka_admin import admin_client, librdkafka_settings
 
 __all__ = ["KafkaLossCheck", "LossRegistry"]
 

@@ -26,11 +26,11 @@ from reconstructor.contract.writer import WRITER_PROPERTY
 from reconstructor.core.caught_up import caught_up, start_fingerprint
 from reconstructor.core.compaction_schedule import wait_before_compaction
 from reconstructor.core.data_loss import offsets_from_log
+from reconstructor.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.settings import Settings
 from reconstructor.spark.checkpoint import checkpoint_state, last_batch_in, read_checkpoint_file, write_checkpoint_file
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.jvm_gateway import jvm_of
-from reconstructor.spark.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.spark.source import anchored
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from reconstructor.cli import validate
 from reconstructor.errors import ReconstructorError
-from reconstructor.spark.kafka_admin import watermarks
+from reconstructor.kafka_admin import watermarks
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from reconstructor.contract.writer import (
     takeover_refusal,
 )
 from reconstructor.errors import UsageError
-from reconstructor.spark.kafka_admin import librdkafka_settings
+from reconstructor.kafka_admin import librdkafka_settings
 
 NEW = CheckpointState("/chk", None, None)
 STARTED = CheckpointState("/chk", "q1", None)  # started once, crashed before its first commit
@@ -149,7 +149,7 @@ def test_a_java_only_setting_is_named_in_a_usage_error(settings, key):
 
 
 def test_a_setting_librdkafka_rejects_is_a_usage_error_naming_it():
-    from reconstructor.spark.kafka_admin import admin_client, client_or_usage_error
+    from reconstructor.kafka_admin import admin_client, client_or_usage_error
 
     with pytest.raises(UsageError) as err:
         client_or_usage_error(admin_client, "127.0.0.1:1", **{"no.such.setting": "x"})
