@@ -61,6 +61,7 @@ def _dispatch(args) -> int:
         "state": commands.state,
         "verify": commands.verify,
         "asof": commands.asof,
+        "check": commands.check,
         "config": commands.config_show,
     }
     return handlers[args.command](args) or EXIT_OK

@@ -333,6 +333,50 @@ def verify(args) -> int:
     return 0
 
 
+def check(args) -> int:
+    """Every session of the topics (or of a file of records) judged by the rules, nothing written
+    (``reconstructor.cli.check``)."""
+    from reconstructor.cli import record_sources
+    from reconstructor.cli.check import run_check
+    from reconstructor.contract.row_schema import RowSchema
+    from reconstructor.core.policy import OnViolation
+
+    cfg = from_args(args)
+    schema = RowSchema.load(cfg.row_schema)
+    spec = cfg.model_copy(update={"on_violation": OnViolation.QUARANTINE}).step_spec(schema)
+    if args.file is not None:
+        if args.from_offsets or args.from_timestamp:
+            raise UsageError("--from and --from-timestamp are for Kafka; a --file is read whole")
+        return run_check(spec, record_sources.file_records(args.file), args.format)
+    cfg.require("bootstrap_servers", "topic_pattern")
+    validate.topic_pattern(cfg.need("topic_pattern"))
+    try:
+        found = replay_plan.partitions(cfg)
+    except UsageError:
+        raise
+    except ReconstructorError as exc:  # a broker that does not answer: the command cannot start
+        raise UsageError(str(exc)) from None
+    if not found:
+        raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
+    bounds = record_sources.watermark_bounds(cfg.need("bootstrap_servers"), cfg.kafka, found)
+    given = (json.loads(replay_plan.offsets_for_timestamp(cfg, args.from_timestamp)) if args.from_timestamp
+             else _offsets_json(args.from_offsets) if args.from_offsets else None)
+    starts = record_sources.start_offsets(bounds, given)
+    ends = {tp: high for tp, (_, high) in bounds.items()}
+    return run_check(spec, record_sources.kafka_records(cfg.need("bootstrap_servers"), cfg.kafka, starts, ends),
+                     args.format)
+
+
+def _offsets_json(text: str) -> dict[str, dict[str, int]]:
+    try:
+        given = json.loads(text)
+        if not all(isinstance(ps, dict) and all(isinstance(o, int) for o in ps.values()) for ps in given.values()):
+            raise ValueError("not {topic: {partition: offset}}")
+    except (ValueError, AttributeError) as exc:
+        raise UsageError(f'--from must be JSON offsets such as {{"sensor-1": {{"0": 1200}}}}: {exc}') from None
+    return given
+
+
 def asof(args) -> int:
     """A session's table as it was at a seq or an event time, folded from ``row_changes``."""
     cfg = from_args(args)

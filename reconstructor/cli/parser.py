@@ -14,6 +14,7 @@ from reconstructor.errors import EXIT_USAGE
 from reconstructor.settings.layers import declared_type, env_name
 from reconstructor.settings.model import (
     ASOF,
+    CHECK,
     COMPACT,
     CONFIG,
     REPLAY,
@@ -85,6 +86,15 @@ COMMANDS = {
            _examples("reconstructor asof --output /data/recon --topic sensor-1 --session sensor-1-session-0 --seq 40",
                      "reconstructor asof --output s3a://recon/tables --topic sensor-1 --session sensor-1-session-0 \\",
                      "    --at 2026-11-21T10:00:30Z --format csv")),
+    CHECK: ("judge every session of a topic or a file by the rules, writing nothing (no JVM)",
+            "Read the topics (from the earliest offset, given offsets or a time) or a JSON-lines file of "
+            "records, apply the rules in quarantine mode so that each session gets its own verdict, and "
+            "print each session's first violation and a summary. Sessions whose start lies before the "
+            "first offset read are awaited to their next snapshot and reported as not checked until "
+            "then. Exit 0 when clean, 3 when not.",
+            _examples("reconstructor check --bootstrap-servers 127.0.0.1:9092 --topic-pattern 'sensor-.*'",
+                      "reconstructor check --config prod.toml --from-timestamp 2026-11-28T08:00:00Z --format json",
+                      "reconstructor check --file records.jsonl --row-schema schemas/my_sensor.json")),
     CONFIG: ("show the effective configuration (secrets redacted)", None, None),
 }
 
@@ -176,10 +186,23 @@ def _asof_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
 
 
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--file", metavar="FILE",
+                        help="a JSON-lines file of records instead of Kafka (docs/contract.md: key and value "
+                             "in base64)")
+    source.add_argument("--from", dest="from_offsets", metavar="JSON",
+                        help='start offsets: {"topic": {"partition": offset}} (-2 earliest, -1 the end; '
+                             "other partitions from their earliest)")
+    source.add_argument("--from-timestamp", metavar="RFC3339",
+                        help="each partition's first offset at or after this time")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+
+
 def _config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["show"])
 
 
 _COMMAND_ARGUMENTS = {RUN: lambda p: None, REPLAY: _replay_arguments, COMPACT: _compact_arguments,
                       STATE: _state_arguments, VERIFY: lambda p: None, ASOF: _asof_arguments,
-                      CONFIG: _config_arguments}
+                      CHECK: _check_arguments, CONFIG: _config_arguments}

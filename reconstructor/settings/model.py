@@ -44,6 +44,7 @@ COMPACTION_OFF = "off"  # compact_every: no in-stream compaction
 
 # The commands a flag may belong to.
 RUN, REPLAY, COMPACT, STATE, VERIFY, ASOF, CONFIG = "run", "replay", "compact", "state", "verify", "asof", "config"
+CHECK = "check"
 _STREAM = (RUN, REPLAY, CONFIG)
 _SPARK = (RUN, REPLAY, COMPACT, STATE, CONFIG)
 
@@ -93,10 +94,10 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     bootstrap_servers: str | None = setting(
-        None, "Kafka bootstrap servers, host:port[,...]", metavar="HOSTS", commands=_STREAM)
+        None, "Kafka bootstrap servers, host:port[,...]", metavar="HOSTS", commands=(*_STREAM, CHECK))
     topic_pattern: str | None = setting(
         None, "anchored regex of the topics to read, e.g. 'sensor-.*'", metavar="REGEX",
-        commands=(RUN, REPLAY, VERIFY, CONFIG),
+        commands=(RUN, REPLAY, VERIFY, CHECK, CONFIG),
         help_for={VERIFY: "check only the topics this anchored regex matches"})
     output: str | None = setting(
         None, "output root: a local path or s3a://bucket/prefix", metavar="URI",
@@ -121,7 +122,7 @@ class Settings(BaseModel):
         "(longer than the timeout)", metavar="DURATION", commands=_STREAM)
     row_schema: str | None = setting(
         None, "the row columns and types: a JSON file like schemas/demo_sensor.json", metavar="FILE",
-        commands=_SPARK, shown="the bundled demo_sensor")
+        commands=(*_SPARK, CHECK), shown="the bundled demo_sensor")
     await_snapshot: bool = setting(
         False, "skip a session's updates until its next snapshot (replays that start mid-session)",
         commands=(REPLAY,))
@@ -138,7 +139,7 @@ class Settings(BaseModel):
     on_drift: OnDrift = setting(
         OnDrift.RECORD, "a snapshot that differs from the table rebuilt from the updates: record a "
         "SNAPSHOT_DRIFT row in violations, fail the query (exit 3), or ignore it (no audit)",
-        commands=_STREAM)
+        commands=(*_STREAM, CHECK))
     engine: StatefulEngine = setting(
         StatefulEngine.PYTHON, "the stateful step: python (the core, in applyInPandasWithState; no jar "
         "needed) or jvm (its port in flatMapGroupsWithState, several times faster; needs the engine jar). "

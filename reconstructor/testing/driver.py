@@ -15,22 +15,20 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 
 from reconstructor import settings as config
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import RECORD_FIELDS, column_names
-from reconstructor.core.frames import INPUT, VALUE, null_mask, nullable_longs
-from reconstructor.core.record_parse import KafkaRecord, parse_record
+from reconstructor.contract.tables import RecordKind
+from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.core.state import SessionState
 from reconstructor.core.violations import ViolationRecord
 from reconstructor.errors import EXIT_INTEGRITY
 from reconstructor.settings import Settings
 from reconstructor.testing.driver_tables import DriverTables
-from reconstructor.testing.group_state import GroupState, StoredState
+from reconstructor.testing.step_runner import StepRunner
 
 #: A record as the driver takes it: a ``KafkaRecord``, or a mapping with ``topic`` and ``value``
 #: (a dict is written as JSON, text as UTF-8, bytes as they are) and optionally ``partition``
@@ -84,12 +82,12 @@ class TestDriver:
 
     ``settings`` are ``run``'s, as a ``reconstructor.settings.Settings`` or as a config file's
     table has them (``{"on_violation": "quarantine", "session_timeout": "10 seconds"}``):
-    ``on_violation``,
-    ``on_drift``, ``await_snapshot``, ``session_timeout``, ``state_retention``, ``chain_key``,
-    ``row_schema``; ``schema`` overrides the settings' row schema; ``clock`` gives the batches'
-    processing time in epoch milliseconds (default: a ``ManualClock`` at the wall time of the
-    driver's creation; move it with ``advance``).  A session silent past its timeout times out in
-    the next batch whose time reaches it, as in a run (``pipe([])`` is a batch without records).
+    ``on_violation``, ``on_drift``, ``await_snapshot``, ``session_timeout``, ``state_retention``,
+    ``chain_key``, ``row_schema``; ``schema`` overrides the settings' row schema; ``clock`` gives
+    the batches' processing time in epoch milliseconds (default: a ``ManualClock`` at the wall
+    time of the driver's creation; move it with ``advance``).  A session silent past its timeout
+    times out in the next batch whose time reaches it, as in a run (``pipe([])`` is a batch
+    without records).
 
     Once a batch stops the run (exit 3), the batch is not applied, as in a run, and every later
     ``pipe`` returns the same verdict without reading its records.
@@ -99,18 +97,14 @@ class TestDriver:
 
     def __init__(self, schema: RowSchema | None = None, settings: Settings | Mapping[str, Any] | None = None, *,
                  clock: Callable[[], int] | None = None):
-        from reconstructor.spark.stateful import SessionReconstructor  # imports no JVM
-
         self.settings = settings if isinstance(settings, Settings) else config.load(
             None, env={}, flags=dict(settings or {}))
         self.schema = schema if schema is not None else RowSchema.load(self.settings.row_schema)
         self.spec = self.settings.step_spec(self.schema)
         self.clock: Callable[[], int] = clock if clock is not None else ManualClock()
-        self._step = SessionReconstructor(self.spec)
-        self._store: dict[tuple[str, str | None], StoredState] = {}
+        self._runner = StepRunner(self.spec, self.clock)
         self._tables = DriverTables(self.schema)
         self._offsets = _Offsets()
-        self._output = column_names(RECORD_FIELDS, self.schema)
         self.verdict = Verdict()
         self.batches = 0
 
@@ -125,28 +119,14 @@ class TestDriver:
         if not self.verdict.ok:
             return self.verdict
         now_ms = self.clock()
-        parsed = [self._record(r, now_ms) for r in records]
-        groups = self._groups(parsed)
-        store = dict(self._store)
-        out: list[dict[str, Any]] = []
-        for key in sorted(groups, key=_order):
-            state = GroupState(store.get(key), now_ms)
-            out += self._call(key, groups[key], state)
-            self._keep(store, key, state)
-        for key in sorted(store, key=_order):
-            held = store[key]
-            if key in groups or held.timeout_at_ms is None or held.timeout_at_ms > now_ms:
-                continue
-            state = GroupState(held, now_ms, timed_out=True)
-            out += self._call(key, None, state)
-            self._keep(store, key, state)
+        batch = self._runner.run([self._record(r, now_ms) for r in records])
         self.batches += 1
-        stop = next((r for r in out if r["record"] == "violation"), None)
+        stop = next((r for r in batch.records if r["record"] == RecordKind.VIOLATION.value), None)
         if stop is not None:
             self.verdict = Verdict(EXIT_INTEGRITY, ViolationRecord.from_json(stop["info"]))
             return self.verdict
-        self._store = store
-        self._tables.write(out, dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC))
+        self._runner.commit(batch)
+        self._tables.write(batch.records, dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC))
         return self.verdict
 
     @property
@@ -156,10 +136,7 @@ class TestDriver:
 
     def state(self, topic: str, session: str) -> SessionState | None:
         """The session's state as the state store holds it, or None (never seen, or removed)."""
-        from reconstructor.spark.stateful import state_from_tuple
-
-        held = self._store.get((topic, session))
-        return None if held is None else state_from_tuple(held.value, self.schema)
+        return self._runner.state(topic, session)
 
     def _record(self, r: RecordLike, now_ms: int) -> KafkaRecord:
         if isinstance(r, KafkaRecord):
@@ -176,57 +153,3 @@ class TestDriver:
         return KafkaRecord(topic=r["topic"], partition=partition,
                            offset=self._offsets.place(r["topic"], partition, r.get("offset")),
                            timestamp=stamp, key=key.encode() if isinstance(key, str) else key, value=payload)
-
-    def _groups(self, records: list[KafkaRecord]) -> dict[tuple[str, str | None], pd.DataFrame]:
-        """The parsed rows by ``(topic, session)``, each group a frame as Spark's worker hands the
-        state function (``reconstructor.spark.stateful.reconstruct_inputs``)."""
-        quarantine = self.spec.policy.quarantine
-        rows = [row for rec in records for row in parse_record(rec, self.schema, keep_value=quarantine)]
-        if not rows:
-            return {}
-        frame = _input_frame(rows, self.schema, quarantine)
-        keys = [(row["topic"], row["group_session"]) for row in rows]
-        by_key: dict[tuple[str, str | None], list[int]] = {}
-        for i, key in enumerate(keys):
-            by_key.setdefault(key, []).append(i)
-        return {key: frame.iloc[at].reset_index(drop=True) for key, at in by_key.items()}
-
-    def _call(self, key: tuple[str, str | None], frame: pd.DataFrame | None, state: GroupState) -> list[dict[str, Any]]:
-        frames = iter(() if frame is None else (frame,))
-        out: list[dict[str, Any]] = []
-        # The state function takes Spark's GroupState; this one has the part of it that it uses.
-        for piece in self._step(key, frames, cast(Any, state)):
-            out += cast(list[dict[str, Any]], piece.reindex(columns=self._output).to_dict("records"))
-        return out
-
-    @staticmethod
-    def _keep(store: dict[tuple[str, str | None], StoredState], key: tuple[str, str | None],
-              state: GroupState) -> None:
-        kept = state.stored()
-        if kept is None:
-            store.pop(key, None)
-        else:
-            store[key] = kept
-
-
-def _order(key: tuple[str, str | None]) -> tuple[str, bool, str]:
-    return key[0], key[1] is None, key[1] or ""
-
-
-def _input_frame(rows: list[dict[str, Any]], schema: RowSchema, quarantine: bool) -> pd.DataFrame:
-    """The state function's input columns, typed as Arrow hands them to pandas in a Spark worker:
-    each nullable long as its value with nulls as 0 beside a null mask, times as naive UTC."""
-    longs = nullable_longs(schema)
-    types: dict[str, pa.DataType] = {
-        "partition": pa.int32(), "offset": pa.int64(), "kafka_ts": pa.timestamp("us"), "key": pa.string(),
-        "session": pa.string(), "seq": pa.int64(), "type": pa.string(), "event_ts": pa.timestamp("us"),
-        "row_pos": pa.int32(), "row_id": pa.string(), "op": pa.string(), "error": pa.string(),
-        **{c.name: pa.timestamp("us") if c.type == "timestamp" else c.arrow_type for c in schema.columns},
-        VALUE: pa.string()}
-    names = [*INPUT, *schema.names, *([VALUE] if quarantine else [])]
-    data: dict[str, Any] = {n: [row.get(n) for row in rows] for n in names}
-    for n in longs:
-        data[null_mask(n)] = [v is None for v in data[n]]
-        data[n] = [0 if v is None else v for v in data[n]]
-    fields = [pa.field(n, types[n]) for n in names] + [pa.field(null_mask(n), pa.bool_()) for n in longs]
-    return pa.Table.from_pydict(data, pa.schema(fields)).to_pandas(coerce_temporal_nanoseconds=True)

@@ -1,0 +1,160 @@
+"""Where ``reconstructor check`` reads records from: Kafka with confluent-kafka, or a JSON-lines file.
+
+Both give ``KafkaRecord`` batches (``reconstructor.core.record_parse``) and where each partition's
+reading started, so the check can tell a session that the start cut (its snapshot lies before)
+from one that never sent a snapshot.  Kafka is read with ``read_committed`` and the ``[kafka]``
+settings (``reconstructor.kafka_admin.librdkafka_settings``), up to the offsets that existed when
+the command started.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reconstructor.core.record_parse import KafkaRecord
+from reconstructor.errors import ReconstructorError, UsageError, error_line
+
+#: Records handed to the rules at a time: large enough that each session's step is vectorised,
+#: small enough that a batch's frames stay a few tens of MB.
+BATCH_RECORDS = 20_000
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_LATEST = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+@dataclass
+class RecordSource:
+    """Batches of records, how many there are to read (None: unknown), and each partition's first
+    offset read (``starts``: a partition whose first offset is past 0 may cut sessions)."""
+
+    batches: Iterator[list[KafkaRecord]]
+    total: int | None
+    starts: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def kafka_time(ms: int) -> dt.datetime:
+    """A Kafka timestamp (epoch milliseconds) as an aware UTC time; past what Python holds, its
+    largest (the parse refuses such a time either way)."""
+    try:
+        return _EPOCH + dt.timedelta(milliseconds=ms)
+    except OverflowError:
+        return _LATEST if ms > 0 else _EPOCH.replace(year=1)
+
+
+def file_records(path: str) -> RecordSource:
+    """A JSON-lines file of records: ``{"topic", "partition", "offset", "timestamp" (epoch ms,
+    optional), "key" and "value" (base64, or null)}``, one per line (``docs/contract.md``)."""
+    file = Path(path)
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --file {path}: {error_line(exc)}") from None
+    records = [_file_record(path, n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    starts: dict[tuple[str, int], int] = {}
+    for r in records:
+        starts[(r.topic, r.partition)] = min(r.offset, starts.get((r.topic, r.partition), r.offset))
+    return RecordSource(iter([records[i:i + BATCH_RECORDS] for i in range(0, len(records), BATCH_RECORDS)]),
+                        len(records), starts)
+
+
+def _file_record(path: str, n: int, line: str) -> KafkaRecord:
+    try:
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        key, value = (None if data.get(k) is None else base64.b64decode(data[k], validate=True)
+                      for k in ("key", "value"))
+        partition, offset, ms = int(data["partition"]), int(data["offset"]), int(data.get("timestamp", 0))
+        if not isinstance(data["topic"], str) or partition < 0 or offset < 0:
+            raise ValueError("topic must be a string, partition and offset not negative")
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise UsageError(f"--file {path} line {n} is not a record ({{\"topic\", \"partition\", \"offset\", "
+                         f"\"timestamp\", \"key\", \"value\"}}, key and value in base64): {error_line(exc)}") from None
+    return KafkaRecord(data["topic"], partition, offset, kafka_time(ms), key, value)
+
+
+def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tuple[str, int], int],
+                  ends: dict[tuple[str, int], int]) -> RecordSource:
+    """The records of each partition from its start to its end offset (exclusive)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from reconstructor.kafka_admin import client_or_usage_error, librdkafka_settings
+
+    wanted = {tp: end for tp, end in ends.items() if end > starts[tp]}
+
+    def batches() -> Iterator[list[KafkaRecord]]:
+        consumer = client_or_usage_error(Consumer, {
+            **librdkafka_settings(kafka_options), "bootstrap.servers": bootstrap,
+            "group.id": "reconstructor-check", "enable.auto.commit": False, "enable.partition.eof": True,
+            "isolation.level": "read_committed"})
+        remaining = dict(wanted)
+        try:
+            consumer.assign([TopicPartition(t, p, starts[(t, p)]) for t, p in remaining])
+            while remaining:
+                batch: list[KafkaRecord] = []
+                for m in consumer.consume(BATCH_RECORDS, timeout=0.25):
+                    tp = (m.topic(), m.partition())
+                    error = m.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            raise ReconstructorError(f"cannot read {tp[0]} partition {tp[1]}: {error.str()}")
+                        remaining.pop(tp, None)  # read_committed: its last records may be markers
+                        continue
+                    end = remaining.get(tp)
+                    if end is None or m.offset() >= end:
+                        remaining.pop(tp, None)
+                        continue
+                    batch.append(KafkaRecord(tp[0], tp[1], m.offset(), kafka_time(m.timestamp()[1]),
+                                             m.key(), m.value()))
+                    if m.offset() >= end - 1:
+                        remaining.pop(tp, None)
+                if batch:
+                    yield batch
+        finally:
+            consumer.close()
+
+    return RecordSource(batches(), sum(end - starts[tp] for tp, end in wanted.items()), dict(starts))
+
+
+def watermark_bounds(bootstrap: str, kafka_options: dict[str, str],
+                     partitions: dict[str, list[int]]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's earliest offset and its end (high watermark), as Kafka holds them now."""
+    from confluent_kafka import Consumer
+
+    from reconstructor.kafka_admin import client_or_usage_error, librdkafka_settings, watermarks
+
+    consumer = client_or_usage_error(Consumer, {
+        **librdkafka_settings(kafka_options), "bootstrap.servers": bootstrap,
+        "group.id": "reconstructor-check", "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, parts in partitions.items():
+            for p in parts:
+                try:
+                    out[(topic, p)] = watermarks(consumer, topic, p)
+                except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException, named per partition
+                    raise ReconstructorError(f"cannot find the offsets of {topic} partition {p}: "
+                                             f"{error_line(exc)}") from None
+        return out
+    finally:
+        consumer.close()
+
+
+def start_offsets(bounds: dict[tuple[str, int], tuple[int, int]],
+                  given: dict[str, dict[str, int]] | None) -> dict[tuple[str, int], int]:
+    """Where each partition's reading starts: its earliest offset, or the one ``given`` names
+    (``{"topic": {"partition": offset}}``, -2 the earliest, -1 the end), kept inside what Kafka holds."""
+    starts = {tp: low for tp, (low, _) in bounds.items()}
+    for topic, parts in (given or {}).items():
+        for part, offset in parts.items():
+            tp = (topic, int(part))
+            if tp not in bounds:
+                raise UsageError(f"--from names {topic} partition {part}, which --topic-pattern does not match")
+            low, high = bounds[tp]
+            starts[tp] = low if offset == -2 else high if offset == -1 else min(max(int(offset), low), high)
+    return starts
