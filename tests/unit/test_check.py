@@ -1,0 +1,93 @@
+"""``reconstructor check --file``: each session's first violation with its coordinates, sessions the
+start cut reported as not checked, and the exit codes, without Kafka or a JVM.  Over Kafka, its
+verdicts are held to a real run's ``violations`` by ``tests/integration/test_quarantine.py``."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconstructor.cli import main
+from reconstructor.testing.messages import Message
+from reconstructor.testing.strategies import FAULTS, valid_session, with_fault
+
+
+def _line(m: Message) -> str:
+    record = m.record()
+    value = record["value"]
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return json.dumps({"topic": record["topic"], "partition": record["partition"], "offset": record["offset"],
+                       "timestamp": 1764324000000, "key": base64.b64encode(record["key"].encode()).decode(),
+                       "value": base64.b64encode(raw).decode()})
+
+
+def _check(capsys, path, *flags) -> tuple[int, str, str]:
+    code = main(["check", "--file", str(path), *flags])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_each_faulty_session_is_named_with_its_first_violation_and_the_clean_ones_are_not(data, tmp_path_factory, capsys):
+    kinds = data.draw(st.lists(st.sampled_from(FAULTS), min_size=1, max_size=3))
+    lines, bad = [], {}
+    for n, kind in enumerate(kinds):
+        session = data.draw(valid_session(max_messages=6, session=f"broken-{n}", partition=2 * n))
+        messages, culprit = data.draw(with_fault(session, kind))
+        for m in messages:  # each partition read from its offset 0: no session is cut by the start
+            m.offset -= 100
+        lines += [_line(m) for m in messages]
+        bad[f"broken-{n}"] = (kind, culprit.partition, culprit.offset)
+    lines += [_line(m) for m in data.draw(valid_session(max_messages=6, session="clean", partition=9))]
+    path = tmp_path_factory.mktemp("check") / "records.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    code, out, _ = _check(capsys, path, "--format", "json")
+    report = json.loads(out)
+    assert code == 3 and not report["clean"]
+    found = {p["session"]: (p["kind"], p["partition"], p["offset"]) for p in report["problems"]}
+    assert found == bad
+    assert report["sessions"] == len(kinds) + 1 and report["records"] == len(lines)
+
+
+def test_a_clean_file_exits_0_and_a_session_cut_by_the_start_is_not_checked(tmp_path, capsys):
+    # The session's snapshot lies before offset 40, where the file's partition starts.
+    cut = [Message(seq=s, type="update", offset=40 + s - 5, session="cut") for s in (5, 6)]
+    later = [Message(seq=7, type="snapshot", offset=42, session="resynced", rows=[{"id": "a", "values": {}}])]
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(_line(m) for m in cut + later) + "\n")
+    code, out, _ = _check(capsys, path)
+    assert code == 0, out
+    assert out.splitlines()[0] == ("sensor cut: not checked: its first records lie before the start, "
+                                   "and no snapshot of it followed")
+    assert out.splitlines()[-1].startswith("check: 2 sessions, 3 records in ")
+    assert out.splitlines()[-1].endswith(": clean, 1 session not checked")
+
+
+def test_a_session_that_never_sent_a_snapshot_on_a_partition_read_from_0_is_a_problem(tmp_path, capsys):
+    path = tmp_path / "records.jsonl"
+    path.write_text(_line(Message(seq=0, type="update", offset=0, session="s1")) + "\n")
+    code, out, _ = _check(capsys, path)
+    assert code == 3
+    assert out.splitlines()[0].startswith("sensor s1: INTEGRITY VIOLATION NO_SNAPSHOT topic=sensor partition=0 offset=0 ")
+
+
+@pytest.mark.parametrize("content,what", [
+    ("not json\n", "line 1 is not a record"),
+    ('{"topic": "t", "partition": 0, "offset": 1, "value": "%%%"}\n', "line 1 is not a record"),
+    ('{"topic": "t", "offset": 1, "value": null}\n', "line 1 is not a record"),
+])
+def test_a_file_that_holds_no_records_is_refused_with_exit_2_naming_the_line(tmp_path, capsys, content, what):
+    path = tmp_path / "records.jsonl"
+    path.write_text(content)
+    code, _, err = _check(capsys, path)
+    assert code == 2 and what in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_file_that_cannot_be_read_is_exit_2(tmp_path, capsys):
+    code, _, err = _check(capsys, tmp_path / "absent.jsonl")
+    assert code == 2 and "cannot read --file" in err
