@@ -712,16 +712,162 @@ def _decode(data: bytes | None) -> tuple[str | None, bool]:
         return data.decode("utf-8", "replace"), True
 
 
-def parse_record(record: KafkaRecord, schema: RowSchema, *, keep_value: bool = False) -> list[dict[str, Any]]:
-    """The rows ``parse_records(..., fast_path=False, keep_values=keep_value)`` gives for ``record``:
-    its columns in their order, each value as a Spark ``collect()`` gives it (times naive UTC)."""
+def parse_record(record: KafkaRecord, schema: RowSchema, *, keep_value: bool = False,
+                 fast_path: bool = True) -> list[dict[str, Any]]:
+    """The rows ``parse_records(..., keep_values=keep_value)`` gives for ``record``: its columns in
+    their order, each value as a Spark ``collect()`` gives it (times naive UTC).
+
+    A message the fast path vouches for (``_vouched_rows``: the contract's shape, plain JSON) is
+    read once by ``json``, as Spark's fast path reads it with ``from_json``; any other takes the
+    exhaustive reading that names what is wrong.  ``fast_path=False`` reads every record
+    exhaustively, as ``parse_records(..., fast_path=False)`` does (the two differ only in the sign
+    of a double zero, which the exhaustive reading takes as a decimal, and so without one)."""
     key, bad_key = _decode(record.key)
     text, bad_value = _decode(record.value)
     kafka_us = _micros_of(record.timestamp)
+    if fast_path and not (bad_key or bad_value) and text is not None and _in_range(kafka_us):
+        vouched = _vouched_rows(record, schema, key, text, keep_value, kafka_us)
+        if vouched is not None:
+            return vouched
     with _deep_recursion():
         msg = _NULL if bad_value else parse_variant(text)
         return _rows(record, schema, msg, key, text, keep_value,
                      _record_error(record, bad_key, bad_value, kafka_us), kafka_us)
+
+
+class _NotVouched(Exception):
+    """Private to this module: the fast path does not vouch for the message (the exhaustive
+    reading decides it)."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _NotVouched
+    return out
+
+
+def _refuse(_: str) -> Any:
+    raise _NotVouched
+
+
+def _short_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise _NotVouched
+    return float(text)
+
+
+def _short_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise _NotVouched
+    return int(text)
+
+
+_TYPES = frozenset(("snapshot", "update", "end"))
+_OPS = frozenset(("upsert", "delete"))
+
+
+def _vouched_rows(record: KafkaRecord, schema: RowSchema, key: str | None, text: str, keep_value: bool,
+                  kafka_us: int) -> list[dict[str, Any]] | None:
+    """The rows of a message of the contract's shape whose every value is of its column's type, read
+    by ``json`` in one pass; None for any other message: the exhaustive reading decides it.  So it
+    leaves to that reading a lone surrogate (an escape ``\\u`` that ``json`` takes and Spark does
+    not), a number past the parser's length, a repeated key, NaN, an infinity and trailing content
+    (``json`` refuses it)."""
+    try:
+        msg = json.loads(text, object_pairs_hook=_unique, parse_constant=_refuse, parse_float=_short_float,
+                         parse_int=_short_int)
+    except (_NotVouched, ValueError, RecursionError):
+        return None
+    if "\\u" in text and _has_surrogate(msg):
+        return None
+    if type(msg) is not dict or not msg.keys() <= _ENVELOPE_SET:
+        return None
+    session, seq, kind, ts, rows = (msg.get(f) for f in ENVELOPE_FIELDS)
+    if type(session) is not str or not session or type(seq) is not int or not 0 <= seq <= _LONG_MAX:
+        return None
+    if type(kind) is not str or kind not in _TYPES or type(ts) is not str:
+        return None
+    event_us = rfc3339_micros(ts)
+    if event_us is None or not _in_range(event_us):
+        return None
+    if rows is None:
+        rows = []
+    elif type(rows) is not list or (kind == "end" and rows):
+        return None
+    envelope = {"topic": record.topic, "group_session": session, "partition": record.partition,
+                "offset": record.offset, "kafka_ts": _time(kafka_us), "key": key, "session": session,
+                "seq": seq, "type": kind, "event_ts": _time(event_us)}
+    columns = {c.name: c.type for c in schema.columns}
+    out: list[dict[str, Any]] = []
+    for pos, row in enumerate(rows):
+        if type(row) is not dict or not row.keys() <= _ROW_SET:
+            return None
+        row_id, op, fields = row.get("id"), row.get("op", "upsert"), row.get("values")
+        if type(row_id) is not str or not row_id or type(op) is not str or op not in _OPS:
+            return None
+        if fields is None:
+            fields = {}
+        elif type(fields) is not dict or op == "delete" or not fields.keys() <= columns.keys():
+            return None
+        values = {}
+        for name, col_type in columns.items():
+            v = fields.get(name)
+            if v is not None:
+                v = _vouched_value(col_type, v)
+                if v is _REFUSED:
+                    return None
+            values[name] = v
+        out.append({**envelope, "row_pos": pos, "row_id": row_id, "op": op, "error": None, **values})
+    if not out:
+        out.append({**envelope, "row_pos": None, "row_id": None, "op": "upsert", "error": None,
+                    **dict.fromkeys(columns)})
+    if keep_value:
+        for i, row in enumerate(out):
+            row[VALUE] = text if i == 0 else None
+    return out
+
+
+def _has_surrogate(value: Any) -> bool:
+    """A string of ``value`` (a key too) holds a lone surrogate, which is no character."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if any(0xD800 <= ord(c) <= 0xDFFF for c in v):
+                return True
+        elif isinstance(v, dict):
+            stack += [*v.keys(), *v.values()]
+        elif isinstance(v, list):
+            stack += v
+    return False
+
+
+_REFUSED: Any = object()
+_ENVELOPE_SET = frozenset(ENVELOPE_FIELDS)
+_ROW_SET = frozenset(ROW_FIELDS)
+
+
+def _vouched_value(col_type: str, v: Any) -> Any:
+    """A JSON value of the column's type, as the column holds it; ``_REFUSED`` otherwise."""
+    kind = type(v)
+    if col_type == "double":
+        if kind is float:
+            return v if math.isfinite(v) else _REFUSED
+        if kind is not int:
+            return _REFUSED
+        try:
+            return float(v)  # correctly rounded, as Spark's JSON reader rounds an integer literal
+        except OverflowError:  # past the largest double: the exhaustive reading names it
+            return _REFUSED
+    if col_type == "long":
+        return v if kind is int and _LONG_MIN <= v <= _LONG_MAX else _REFUSED
+    if col_type == "boolean":
+        return v if kind is bool else _REFUSED
+    if col_type == "timestamp":
+        micros = rfc3339_micros(v) if kind is str else None
+        return _time(micros) if micros is not None and _in_range(micros) else _REFUSED
+    return v if kind is str else _REFUSED
 
 
 def _rows(record: KafkaRecord, schema: RowSchema, msg: Any, key: str | None, text: str | None,

@@ -310,6 +310,14 @@ def _comparable(value):
     return value
 
 
+def _comparable_row(values: tuple, malformed: bool) -> tuple:
+    """A row's values exactly, except that the doubles of a malformed record (one of its rows has
+    an error) are compared by value: its values are never applied, and Spark's two readings of
+    ``-0.0`` differ in the sign of the zero (the fast path's JSON reader keeps it; the exhaustive
+    one reads a decimal, which has none)."""
+    return tuple(v if malformed and isinstance(v, float) else _comparable(v) for v in values)
+
+
 @settings(max_examples=int(os.environ.get("RECON_PARSE_EXAMPLES") or 12), deadline=None,
           phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -317,18 +325,22 @@ def _comparable(value):
 @seed(int(os.environ.get("RECON_PARSE_SEED") or 20261128))
 @given(records=_kafka_records())
 def test_the_parse_without_spark_is_sparks(spark, records):
-    """Every row ``parse_record`` gives is the row Spark's exhaustive parse gives: every column,
-    the error text character for character."""
+    """Every row ``parse_record`` gives is the row Spark's parse gives, with the fast path (what a
+    run reads) and without it (every check on every record): every column, the error text
+    character for character."""
     schema = RowSchema.load()
     df = spark.createDataFrame([(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value) for r in records],
                                KAFKA_DDL)
-    parsed = parse_records(df, schema, fast_path=False, keep_values=True)
-    out = parsed.select([F.unix_micros(c).alias(c) if t == "timestamp" else F.col(c) for c, t in parsed.dtypes])
-    spark_rows = {(r.offset, r.row_pos): tuple(_comparable(v) for v in r) for r in out.collect()}
     by_offset = {r.offset: r for r in records}
-    ours = {(row["offset"], row["row_pos"]): tuple(_comparable(v) for v in row.values())
-            for r in records for row in parse_record(r, schema, keep_value=True)}
-    assert sorted(ours, key=str) == sorted(spark_rows, key=str)
-    for where, row in spark_rows.items():
-        assert ours[where] == row, (by_offset[where[0]], [(c, a, b) for c, a, b in zip(out.columns, ours[where], row)
-                                                          if a != b])
+    for fast_path in (True, False):
+        parsed = parse_records(df, schema, fast_path=fast_path, keep_values=True)
+        out = parsed.select([F.unix_micros(c).alias(c) if t == "timestamp" else F.col(c) for c, t in parsed.dtypes])
+        collected = out.collect()
+        malformed = {r.offset for r in collected if r.error is not None}
+        spark_rows = {(r.offset, r.row_pos): _comparable_row(tuple(r), r.offset in malformed) for r in collected}
+        ours = {(row["offset"], row["row_pos"]): _comparable_row(tuple(row.values()), row["offset"] in malformed)
+                for r in records for row in parse_record(r, schema, keep_value=True, fast_path=fast_path)}
+        assert sorted(ours, key=str) == sorted(spark_rows, key=str), fast_path
+        for where, row in spark_rows.items():
+            assert ours[where] == row, (fast_path, by_offset[where[0]],
+                                        [(c, a, b) for c, a, b in zip(out.columns, ours[where], row) if a != b])

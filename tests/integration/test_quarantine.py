@@ -144,6 +144,14 @@ def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs
     assert current_tables(spark, out2, NAMES) == current_tables(spark, out, NAMES)
 
     # The test kit's driver, over the records Kafka holds, leaves the tables this run left.
+    # reconstructor check (no JVM, nothing written) names each broken session by the first violation
+    # the run recorded for it, and the record that names no session.
+    checked = cli("check", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", pattern,
+                  "--format", "json")
+    assert checked.returncode == 3, checked.stderr[-3000:]
+    problems = {p["session"]: (p["topic"], p["partition"], p["offset"], p["kind"])
+                for p in json.loads(checked.stdout)["problems"]}
+    assert problems == {session: rows[0][:3] + (rows[0][4],) for session, rows in by_session.items()}
     driven = _driver_tables(spark, pattern, {"on_violation": "quarantine"})
     assert driven["row_changes"] and driven["violations"] and driven == _spark_tables(spark, out2)
 

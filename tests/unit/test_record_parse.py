@@ -10,10 +10,12 @@ import struct
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.record_parse import COLUMNS, KafkaRecord, java_double, parse_frame, parse_record
-from tests.integration.test_parse import CASES, RANGE, TS, Raw, _msg
+from tests.integration.test_parse import CASES, RANGE, TS, Raw, _message, _msg
 
 SCHEMA = RowSchema.load()
 KAFKA_TS = dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC)
@@ -65,8 +67,12 @@ def test_valid_values_come_out_typed_and_exact():
     assert (a["pressure"], a["humidity"], a["status"]) == (1013.25, 5e-324, odd)
     assert a["reading_count"] == 9007199254740993
     assert a["calibrated_at"] == dt.datetime(2026, 11, 21, 10, 30, 0, 123456)
-    # JSON -0.0 is a decimal zero to Spark, and a decimal has no sign of zero; -1e-400 is a double.
-    assert struct.pack("<d", b["temperature"]) == struct.pack("<d", 0.0)
+    # A valid message is read as Spark's fast path reads it (Jackson), which keeps -0.0's sign; the
+    # exhaustive reading takes it as a decimal zero, which has none.
+    assert struct.pack("<d", b["temperature"]) == struct.pack("<d", -0.0)
+    record = _record(_msg(rows, seq=2**63 - 1, ts="2026-11-21T09:59:59.5Z"))
+    exhaustive = {r["row_id"]: r for r in parse_record(record, SCHEMA, fast_path=False)}
+    assert struct.pack("<d", exhaustive[odd]["temperature"]) == struct.pack("<d", 0.0)
     assert (b["pressure"], b["reading_count"], b["humidity"]) == (None, -2**63, 1.7976931348623157e308)
     assert (c["op"], c["temperature"], c["reading_count"]) == ("delete", None, None)
 
@@ -166,3 +172,12 @@ def test_frame_has_the_cores_dtypes():
     assert frame["event_ts"].dtype == "datetime64[ns]" and frame["calibrated_at"][0] == pd.Timestamp("2026-11-21 10:00")
     assert frame["temperature"].dtype == "float64" and math.isnan(frame["temperature"][0])
     assert frame["error"].tolist() == [None, None, "value is not valid JSON"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=st.lists(_message(), min_size=1, max_size=10))
+def test_the_fast_path_gives_what_the_exhaustive_reading_gives(messages):
+    """Every column of every row (a double by value: the two readings differ in the sign of a zero)."""
+    for i, text in enumerate(messages):
+        record = KafkaRecord("t", 0, i, dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC), b"s1", text.encode())
+        assert parse_record(record, SCHEMA) == parse_record(record, SCHEMA, fast_path=False), text
