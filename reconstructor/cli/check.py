@@ -1,9 +1,12 @@
 """``reconstructor check``: every session of a topic (or a file of records) judged by the rules,
 without Spark and without writing anything.
 
-The records go through the parse and the state function in quarantine mode
-(``reconstructor.testing.step_runner``), so that a violation sets its session aside until its next
-snapshot and every other session goes on: each session gets its own verdict, its first violation.
+The records go through the parse (``reconstructor.core.record_parse``) and the core's batch step
+(``reconstructor.core.batch.process_batch``, what both engines' state functions call) in
+quarantine mode, so that a violation sets its session aside until its next snapshot and every
+other session goes on: each session gets its own verdict, its first violation.  Nothing is
+written, so the state function's output (the change rows, their hash chain, the state blob) is not
+built: each session's state is kept as the core's ``SessionState``.
 A session whose first record the start cut off (it begins with an update on a partition read from
 past its offset 0) is awaited to its next snapshot and reported as not checked until then, never
 as passed or failed.
@@ -18,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconstructor.cli.record_sources import RecordSource
-from reconstructor.contract.tables import RecordKind
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.batch import process_batch
+from reconstructor.core.record_parse import KafkaRecord, parse_record
+from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.step_spec import StepSpec
 from reconstructor.core.violations import ViolationKind, ViolationRecord
-from reconstructor.testing.driver import ManualClock
-from reconstructor.testing.step_runner import GroupKey, StepRunner
+from reconstructor.testing.step_runner import GroupKey, input_frame
 
 
 @dataclass
@@ -48,25 +51,36 @@ class SessionCheck:
     """The sessions' verdicts over batches of records (``add``), and the report (``lines``)."""
 
     def __init__(self, spec: StepSpec, starts: dict[tuple[str, int], int]):
+        self.spec = spec
         self.starts = starts
-        self.runner = StepRunner(spec, ManualClock(0), kinds=frozenset({RecordKind.RECORDED.value,
-                                                                          RecordKind.SESSION.value}))
+        self.states: dict[GroupKey, SessionState | None] = {}
         self.sessions: dict[GroupKey, SessionReport] = {}
         self.records = 0
 
-    def add(self, batch: list[Any]) -> None:
-        out = self.runner.run(batch)
-        self.runner.commit(out)
+    def add(self, batch: list[KafkaRecord]) -> None:
+        """One batch of records: each session's records through the core, its state kept."""
+        quarantine = self.spec.policy.quarantine
+        rows = [row for record in batch for row in parse_record(record, self.spec.schema, keep_value=quarantine)]
         self.records += len(batch)
-        for key, n in out.counts.items():
-            self._report(key).records += n
-        for r in out.records:
-            report = self._report((r["topic"], r["session"]))
-            if r["record"] == RecordKind.SESSION.value:
-                status = json.loads(r["info"])["status"]
-                report.applied = report.applied or status != SessionStatus.QUARANTINED.value
-            else:
-                self._recorded(report, ViolationRecord.from_json(r["info"]))
+        if not rows:
+            return
+        frame = input_frame(rows, self.spec.schema, quarantine)
+        groups: dict[GroupKey, list[int]] = {}
+        for i, row in enumerate(rows):
+            key = (row["topic"], row["group_session"])
+            groups.setdefault(key, []).append(i)
+            if not row["row_pos"]:  # a record's first row
+                self._report(key).records += 1
+        for key, at in groups.items():
+            previous = self.states.get(key)
+            result = process_batch(key[0], key[1], frame.iloc[at].reset_index(drop=True), previous, self.spec.schema,
+                                   policy=self.spec.policy)
+            report = self._report(key)
+            for v in ([result.violation] if result.violation is not None else []) + result.recorded:
+                self._recorded(report, v)
+            if result.state is not None:
+                self.states[key] = result.state
+                report.applied = report.applied or result.state.status != SessionStatus.QUARANTINED
 
     def _report(self, key: GroupKey) -> SessionReport:
         if key not in self.sessions:

@@ -11,6 +11,7 @@ as Spark's ``to_json`` and ``schema_of_variant`` do (doubles as Java 17's ``Doub
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import re
@@ -560,17 +561,32 @@ def rfc3339_micros(text: str | None) -> int | None:
     if m is None:
         return None
     date, hour, minute, second, fraction, offset = m.groups()
-    year, month, day = int(date[:4]), int(date[5:7]), int(date[8:10])
+    day, shift = _day_seconds(date), _offset_seconds(offset)
     h, mi, s = int(hour), int(minute), int(second)
-    if offset.upper() != "Z" and (int(offset[1:3]) > 23 or int(offset[4:6]) > 59):
+    if day is None or shift is None or h > 23 or mi > 59 or s > 60:
         return None
-    if not (1 <= month <= 12 and 1 <= day <= _days_in_month(year, month) and h <= 23 and mi <= 59 and s <= 60):
+    seconds = day + h * 3600 + mi * 60 + min(s, 59) + (s == 60) - shift
+    return seconds * 1_000_000 + (int((fraction + "000000")[:6]) if fraction else 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_seconds(date: str) -> int | None:
+    """A ``YYYY-MM-DD`` day's first second since 1970, None for no such day (many times share one)."""
+    year, month, day = int(date[:4]), int(date[5:7]), int(date[8:10])
+    if not (1 <= month <= 12 and 1 <= day <= _days_in_month(year, month)):
         return None
-    seconds = _days_from_civil(year, month, day) * 86400 + h * 3600 + mi * 60 + min(s, 59) + (s == 60)
-    if offset.upper() != "Z":
-        shift = int(offset[1:3]) * 3600 + int(offset[4:6]) * 60
-        seconds -= shift if offset[0] == "+" else -shift
-    return seconds * 1_000_000 + int(((fraction or "") + "000000")[:6])
+    return _days_from_civil(year, month, day) * 86400
+
+
+@functools.lru_cache(maxsize=1024)
+def _offset_seconds(offset: str) -> int | None:
+    """An offset (``Z``, ``+hh:mm``, ``-hh:mm``) in seconds east of UTC, None when out of range."""
+    if offset in ("Z", "z"):
+        return 0
+    hours, minutes = int(offset[1:3]), int(offset[4:6])
+    if hours > 23 or minutes > 59:
+        return None
+    return (hours * 3600 + minutes * 60) * (1 if offset[0] == "+" else -1)
 
 
 def _in_range(micros: int) -> bool:
@@ -763,6 +779,11 @@ def _short_int(text: str) -> int:
     return int(text)
 
 
+#: The fast path's JSON readers: a text no longer than the parser's longest number holds no number
+#: past it, so only a longer text pays for a check of each number.
+_SHORT = json.JSONDecoder(object_pairs_hook=_unique, parse_constant=_refuse)
+_LONG = json.JSONDecoder(object_pairs_hook=_unique, parse_constant=_refuse, parse_float=_short_float,
+                         parse_int=_short_int)
 _TYPES = frozenset(("snapshot", "update", "end"))
 _OPS = frozenset(("upsert", "delete"))
 
@@ -775,8 +796,7 @@ def _vouched_rows(record: KafkaRecord, schema: RowSchema, key: str | None, text:
     not), a number past the parser's length, a repeated key, NaN, an infinity and trailing content
     (``json`` refuses it)."""
     try:
-        msg = json.loads(text, object_pairs_hook=_unique, parse_constant=_refuse, parse_float=_short_float,
-                         parse_int=_short_int)
+        msg = (_SHORT if len(text) <= MAX_NUMBER_DIGITS else _LONG).decode(text)
     except (_NotVouched, ValueError, RecursionError):
         return None
     if "\\u" in text and _has_surrogate(msg):
@@ -798,7 +818,7 @@ def _vouched_rows(record: KafkaRecord, schema: RowSchema, key: str | None, text:
     envelope = {"topic": record.topic, "group_session": session, "partition": record.partition,
                 "offset": record.offset, "kafka_ts": _time(kafka_us), "key": key, "session": session,
                 "seq": seq, "type": kind, "event_ts": _time(event_us)}
-    columns = {c.name: c.type for c in schema.columns}
+    columns = {c.name: _VOUCHED_VALUE[c.type] for c in schema.columns}
     out: list[dict[str, Any]] = []
     for pos, row in enumerate(rows):
         if type(row) is not dict or not row.keys() <= _ROW_SET:
@@ -810,15 +830,16 @@ def _vouched_rows(record: KafkaRecord, schema: RowSchema, key: str | None, text:
             fields = {}
         elif type(fields) is not dict or op == "delete" or not fields.keys() <= columns.keys():
             return None
-        values = {}
-        for name, col_type in columns.items():
+        built = dict(envelope)
+        built.update(row_pos=pos, row_id=row_id, op=op, error=None)
+        for name, vouched in columns.items():
             v = fields.get(name)
             if v is not None:
-                v = _vouched_value(col_type, v)
+                v = vouched(v)
                 if v is _REFUSED:
                     return None
-            values[name] = v
-        out.append({**envelope, "row_pos": pos, "row_id": row_id, "op": op, "error": None, **values})
+            built[name] = v
+        out.append(built)
     if not out:
         out.append({**envelope, "row_pos": None, "row_id": None, "op": "upsert", "error": None,
                     **dict.fromkeys(columns)})
@@ -848,26 +869,38 @@ _ENVELOPE_SET = frozenset(ENVELOPE_FIELDS)
 _ROW_SET = frozenset(ROW_FIELDS)
 
 
-def _vouched_value(col_type: str, v: Any) -> Any:
-    """A JSON value of the column's type, as the column holds it; ``_REFUSED`` otherwise."""
+def _vouched_double(v: Any) -> Any:
     kind = type(v)
-    if col_type == "double":
-        if kind is float:
-            return v if math.isfinite(v) else _REFUSED
-        if kind is not int:
-            return _REFUSED
-        try:
-            return float(v)  # correctly rounded, as Spark's JSON reader rounds an integer literal
-        except OverflowError:  # past the largest double: the exhaustive reading names it
-            return _REFUSED
-    if col_type == "long":
-        return v if kind is int and _LONG_MIN <= v <= _LONG_MAX else _REFUSED
-    if col_type == "boolean":
-        return v if kind is bool else _REFUSED
-    if col_type == "timestamp":
-        micros = rfc3339_micros(v) if kind is str else None
-        return _time(micros) if micros is not None and _in_range(micros) else _REFUSED
-    return v if kind is str else _REFUSED
+    if kind is float:
+        return v if math.isfinite(v) else _REFUSED
+    if kind is not int:
+        return _REFUSED
+    try:
+        return float(v)  # correctly rounded, as Spark's JSON reader rounds an integer literal
+    except OverflowError:  # past the largest double: the exhaustive reading names it
+        return _REFUSED
+
+
+def _vouched_long(v: Any) -> Any:
+    return v if type(v) is int and _LONG_MIN <= v <= _LONG_MAX else _REFUSED
+
+
+def _vouched_boolean(v: Any) -> Any:
+    return v if type(v) is bool else _REFUSED
+
+
+def _vouched_timestamp(v: Any) -> Any:
+    micros = rfc3339_micros(v) if type(v) is str else None
+    return _time(micros) if micros is not None and _in_range(micros) else _REFUSED
+
+
+def _vouched_string(v: Any) -> Any:
+    return v if type(v) is str else _REFUSED
+
+
+#: A JSON value of the column's type as the column holds it, else ``_REFUSED``.
+_VOUCHED_VALUE = {"double": _vouched_double, "long": _vouched_long, "boolean": _vouched_boolean,
+                  "timestamp": _vouched_timestamp, "string": _vouched_string}
 
 
 def _rows(record: KafkaRecord, schema: RowSchema, msg: Any, key: str | None, text: str | None,

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import RECORD_FIELDS, column_names
@@ -139,9 +140,9 @@ def input_frame(rows: list[dict[str, Any]], schema: RowSchema, quarantine: bool)
         **{c.name: pa.timestamp("us") if c.type == "timestamp" else c.arrow_type for c in schema.columns},
         VALUE: pa.string()}
     names = [*INPUT, *schema.names, *([VALUE] if quarantine else [])]
-    data: dict[str, Any] = {n: [row.get(n) for row in rows] for n in names}
-    for n in longs:
-        data[null_mask(n)] = [v is None for v in data[n]]
-        data[n] = [0 if v is None else v for v in data[n]]
-    fields = [pa.field(n, types[n]) for n in names] + [pa.field(null_mask(n), pa.bool_()) for n in longs]
-    return pa.Table.from_pydict(data, pa.schema(fields)).to_pandas(coerce_temporal_nanoseconds=True)
+    table = pa.Table.from_pylist(rows, pa.schema([pa.field(n, types[n]) for n in names]))
+    for n in longs:  # each nullable long as its value with nulls as 0, beside its null mask
+        column = table.column(n)
+        table = table.set_column(table.schema.get_field_index(n), n, pc.fill_null(column, 0))
+        table = table.append_column(null_mask(n), pc.is_null(column))
+    return table.to_pandas(coerce_temporal_nanoseconds=True)
