@@ -12,7 +12,7 @@ FLEET_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: help venv jars cds up down status lint test test-unit test-integration test-slow fuzz bench bench-fleet bench-core demo smoke wheel clean
+.PHONY: help venv jars cds up down status lint test test-unit test-integration test-slow fuzz bench bench-fleet bench-core bench-check demo smoke wheel clean
 
 help:
 	@echo "make demo              install what is missing, start Kafka + S3, run the demo pipeline"
@@ -129,6 +129,10 @@ bench-fleet: jars
 
 bench-core: venv
 	@$(VPY) -m tests.benchmarks.core_bench
+
+bench-check: venv
+	@$(STACK) up
+	@rc=0; $(VPY) -m tests.benchmarks.check_bench $(CHECK_ARGS) || rc=$$?; $(STACK) down; exit $$rc
 
 demo: up
 	@$(VPY) -m workbench demo

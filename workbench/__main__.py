@@ -33,6 +33,9 @@ def _add_fleet_flags(p: argparse.ArgumentParser, bootstrap: bool = True) -> None
     p.add_argument("--resync-every", type=int, default=0, help="send a fresh snapshot every N updates")
     p.add_argument("--partitions", type=int, default=3, help="partitions of each topic it creates (default 3)")
     p.add_argument("--no-end", action="store_true", help="leave the sessions open")
+    p.add_argument("--open-sessions", type=int, default=None, metavar="N",
+                   help="leave the last N sessions of each sensor open, end the others (default: none for "
+                        "produce; half of each sensor's sessions, rounded down, for demo)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--inject", choices=FAULTS,
                    help="break one session on purpose (gap-resync: a lost update, then a snapshot of the "

@@ -71,6 +71,17 @@ class ProducedFleet:
         return self.responder.answered + self.ended
 
 
+def _open_sessions(args) -> int:
+    """The sessions of each sensor left open: as asked, else none for ``produce`` and half (rounded
+    down) for ``demo``, so that its tables show live sessions beside ended ones."""
+    wanted = getattr(args, "open_sessions", None)
+    if wanted is None:
+        wanted = args.sessions // 2 if getattr(args, "command", None) == "demo" else 0
+    if not 0 <= wanted <= args.sessions:
+        raise UsageError(f"--open-sessions must be between 0 and --sessions ({args.sessions})")
+    return wanted
+
+
 def produce_fleet(bootstrap: str, args, honor: str | None = None) -> ProducedFleet:
     """Publish the fleet ``args`` describe; with ``honor`` (a resync topic), its sensors answer the
     requests there, and each session's end waits for ``ProducedFleet.finish``."""
@@ -84,7 +95,7 @@ def produce_fleet(bootstrap: str, args, honor: str | None = None) -> ProducedFle
     spec = FleetSpec(topic_prefix=args.topic_prefix, sensors=args.sensors,
                      sessions_per_sensor=args.sessions, rows=args.rows, updates=args.updates,
                      rows_per_update=args.rows_per_update, resync_every=args.resync_every,
-                     end_sessions=not args.no_end, seed=args.seed)
+                     end_sessions=not args.no_end, open_sessions=_open_sessions(args), seed=args.seed)
     admin = AdminClient({"bootstrap.servers": bootstrap, **librdkafka_logging()})
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = {t: args.partitions for t in spec.topics()}
@@ -156,6 +167,8 @@ def demo(args) -> int:
     for why, command in (
         ("a session's table, read from the checkpoint",
          f"state --config {config} --topic {shlex.quote(topic)} --session {shlex.quote(topic + '-session-0')}"),
+        ("every session in the topics judged by the rules, without Spark (exit 3 names each broken session)",
+         f"check --config {config}"),
         ("carry on: read what has reached the topics since, into the same tables",
          f"run --config {config}"),
         ("the effective configuration (secrets redacted)", f"config show --config {config}"),

@@ -32,6 +32,8 @@ class FleetSpec:
     delete_ratio: float = 0.05
     resync_every: int = 0  # a fresh snapshot every N updates (0: never)
     end_sessions: bool = True
+    #: With ``end_sessions``: the last this many sessions of each sensor stay open (live tables).
+    open_sessions: int = 0
     seed: int = 7
     start: dt.datetime = dt.datetime(2026, 11, 21, 8, 0, tzinfo=dt.UTC)
     step: dt.timedelta = dt.timedelta(seconds=1)
@@ -131,8 +133,10 @@ def plan_fleet(spec: FleetSpec) -> Iterator[Planned]:
             else:
                 yield Planned(s.topic, s.session, s.update())
     if spec.end_sessions:
-        for s in sessions:
-            yield Planned(s.topic, s.session, s.msg("end", None))
+        ending = spec.sessions_per_sensor - spec.open_sessions
+        for n, s in enumerate(sessions):
+            if n % spec.sessions_per_sensor < ending:
+                yield Planned(s.topic, s.session, s.msg("end", None))
 
 
 def inject(messages: list[Planned], fault: str, rng: random.Random | None = None,
