@@ -29,6 +29,7 @@ help:
 	@echo "                       '30 seconds' trigger; the largest N each engine keeps up with"
 	@echo "                       -> fleet-results.json; FLEET_ARGS='--sessions 250,500 --minutes 2' to narrow"
 	@echo "make bench-core        micro-benchmarks of the core and of the per-group path (no JVM)"
+	@echo "make bench-check       reconstructor check against the single-process peer (no JVM)"
 	@echo "make up | down | status  the local Kafka broker (127.0.0.1:9092) and S3 endpoint (:9000)"
 	@echo "make smoke             the stack smoke pipeline (Kafka -> Spark -> Delta on S3A) alone"
 	@echo "make jars              resolve the JVM jars from Maven Central into .jars/ and build the JVM engine"
