@@ -297,10 +297,19 @@ def state(args) -> int:
 
 
 def verify(args) -> int:
-    """The tables at rest held to each other (``reconstructor.audit.checks``), read with delta-rs."""
+    """The tables at rest held to each other (``reconstructor.audit.checks``), read with delta-rs;
+    with ``--against-kafka``, then to the records Kafka holds (``reconstructor.audit.source_check``)."""
     cfg = from_args(args)
     cfg.require("output")
     topics = validate.topic_pattern(args.topic_pattern) if args.topic_pattern else None
+    if args.against_kafka:  # before the tables are read: a broker that does not answer is bad usage
+        cfg.require("bootstrap_servers")
+        try:
+            validate.broker_reachable(cfg.need("bootstrap_servers"), cfg.kafka)
+        except UsageError:
+            raise
+        except ReconstructorError as exc:
+            raise UsageError(str(exc)) from None
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
     from reconstructor.audit.checks import Verification
     from reconstructor.audit.delta_tables import OutputTables
@@ -330,7 +339,54 @@ def verify(args) -> int:
     if found is not None:
         raise DiscrepancyError(found.line())
     print("\n".join(check.summary.lines(cfg.need("output"), time.monotonic() - started)))
+    if args.against_kafka:
+        print("\n".join(_verify_against_kafka(cfg, tables, topics)))
     return 0
+
+
+def _verify_against_kafka(cfg: Settings, tables, topics: str | None) -> list[str]:
+    """Each record Kafka holds for the output's topics, up to the writer's committed offsets, held
+    to the tables (exit 3 at the first the tables lack or hold wrongly); the summary's lines."""
+    import re
+
+    from reconstructor.audit.source_check import SourceCheck, committed_ends
+    from reconstructor.cli import record_sources
+    from reconstructor.errors import DiscrepancyError
+
+    bootstrap = cfg.need("bootstrap_servers")
+    ends = committed_ends(tables, topics)
+    if not ends:
+        raise UsageError(f"no topic of the output {cfg.output} matches --topic-pattern {topics!r}" if topics else
+                         f"the output {cfg.output} records no batch's Kafka offsets (an earlier release wrote it): "
+                         "it cannot be held to Kafka")
+    held = sorted({t for t, _ in ends})
+    try:
+        found = replay_plan.partitions(cfg.model_copy(update={"topic_pattern": "|".join(map(re.escape, held))}))
+        bounds = record_sources.watermark_bounds(bootstrap, cfg.kafka, found)
+    except UsageError:
+        raise
+    except ReconstructorError as exc:  # a broker that does not answer: the check cannot start
+        raise UsageError(str(exc)) from None
+    if not found:
+        raise UsageError(f"none of the output's topics ({', '.join(held)}) is in Kafka at {bootstrap}")
+    check = SourceCheck(tables, ends, bounds)
+    source = record_sources.kafka_records(bootstrap, cfg.kafka, check.starts, check.read_ends)
+    started, shown = time.monotonic(), sys.stderr.isatty()
+    for batch in source.batches:
+        discrepancy = check.add(batch)
+        if discrepancy is not None:
+            raise DiscrepancyError(discrepancy.line())
+        if shown:
+            done = check.summary.checked + check.summary.not_checked
+            rate = done / max(time.monotonic() - started, 1e-9)
+            print(f"\rchecked against Kafka {done:,} of {check.total:,} records ({rate:,.0f}/s)", end="",
+                  file=sys.stderr, flush=True)
+    if shown:
+        print(file=sys.stderr)
+    discrepancy = check.finish()
+    if discrepancy is not None:
+        raise DiscrepancyError(discrepancy.line())
+    return check.summary.lines(time.monotonic() - started)
 
 
 def check(args) -> int:

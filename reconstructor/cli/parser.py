@@ -77,10 +77,14 @@ COMMANDS = {
     VERIFY: ("check the output tables at rest against each other (no JVM)",
              "Read the tables with delta-rs and check them: each change logged once, each session's "
              "seqs, row_changes folded equals current_rows and sessions.row_count, quarantined sessions "
-             "match violations, each session's hash chain. Exit 3 with the first discrepancy.",
+             "match violations, each session's hash chain. With --against-kafka, then each record Kafka "
+             "still holds, up to the writer's committed offsets, against the rows the tables hold at its "
+             "offset. Exit 3 with the first discrepancy.",
              _examples("reconstructor verify --output /data/recon",
                        "reconstructor verify --config prod.toml --output s3a://recon/tables "
-                       "--topic-pattern 'sensor-1.*'")),
+                       "--topic-pattern 'sensor-1.*'",
+                       "reconstructor verify --output /data/recon --against-kafka --bootstrap-servers 127.0.0.1:9092",
+                       "reconstructor verify --config prod.toml --against-kafka --topic-pattern 'sensor-1.*'")),
     ASOF: ("print a session's table as it was at a seq or an event time",
            "Fold the session's row_changes (read with delta-rs, no JVM) up to a seq or an event time.",
            _examples("reconstructor asof --output /data/recon --topic sensor-1 --session sensor-1-session-0 --seq 40",
@@ -199,10 +203,16 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 
+def _verify_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--against-kafka", action="store_true",
+                   help="also hold the tables to the records Kafka still holds, up to the writer's committed "
+                        "offsets (needs --bootstrap-servers; [kafka] settings apply)")
+
+
 def _config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["show"])
 
 
 _COMMAND_ARGUMENTS = {RUN: lambda p: None, REPLAY: _replay_arguments, COMPACT: _compact_arguments,
-                      STATE: _state_arguments, VERIFY: lambda p: None, ASOF: _asof_arguments,
+                      STATE: _state_arguments, VERIFY: _verify_arguments, ASOF: _asof_arguments,
                       CHECK: _check_arguments, CONFIG: _config_arguments}

@@ -94,7 +94,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     bootstrap_servers: str | None = setting(
-        None, "Kafka bootstrap servers, host:port[,...]", metavar="HOSTS", commands=(*_STREAM, CHECK))
+        None, "Kafka bootstrap servers, host:port[,...]", metavar="HOSTS", commands=(*_STREAM, CHECK, VERIFY),
+        help_for={VERIFY: "Kafka bootstrap servers, host:port[,...] (with --against-kafka)"})
     topic_pattern: str | None = setting(
         None, "anchored regex of the topics to read, e.g. 'sensor-.*'", metavar="REGEX",
         commands=(RUN, REPLAY, VERIFY, CHECK, CONFIG),

@@ -41,14 +41,16 @@ from hypothesis import strategies as st
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
+from reconstructor.cli.check import SessionCheck
 from reconstructor.contract.tables import STATE_FIELDS
 from reconstructor.core import blob, jvm_blob
 from reconstructor.core.chain import ChainSeed
 from reconstructor.core.data_loss import DataLoss
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
+from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds
 from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
-from reconstructor.core.violations import quoted
+from reconstructor.core.violations import ViolationKind, ViolationRecord, quoted
 from reconstructor.settings import StatefulEngine
 from reconstructor.spark.engines import parse_for, reconstruct_with
 from tests.integration.test_fuzz import FOUND, SCHEMA, SEED, TOPIC, Record, fleet
@@ -366,6 +368,18 @@ def test_the_engines_read_and_check_a_vouched_messages_rows_alike(spark, policy)
         got, want = got_records[batch], want_records[batch]
         assert got == want, ([r for r in got if r not in want][:3], [r for r in want if r not in got][:3])
     assert got_state == want_state
+    # ``reconstructor check`` (no JVM) names each session by the first violation the engines recorded.
+    recorded: dict = {}
+    [rows] = want_records.values()
+    found = [ViolationRecord.from_json(f["info"]) for f in ({n: v for n, v, _ in r} for r in rows)
+             if f["record"] == "recorded"]
+    for v in sorted(found, key=lambda v: (v.partition or 0, v.offset or 0)):
+        if v.kind != ViolationKind.SKIPPED:
+            recorded.setdefault(v.session, (v.kind.value, v.partition, v.offset, v.detail))
+    check = SessionCheck(sc.step()[0], {})
+    check.add([KafkaRecord(TOPIC, r.partition, r.offset, r.kafka_ts, r.key, r.value) for r in _vouched_cases()])
+    assert {p.session: (p.problem.kind.value, p.problem.partition, p.problem.offset, p.problem.detail)
+            for p in check.problems if p.problem is not None} == recorded
 
 
 @pytest.fixture(scope="module")
