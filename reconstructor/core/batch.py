@@ -57,7 +57,7 @@ class BatchResult:
 
 def process_batch(
     topic: str,
-    session: str,
+    session: str | None,
     frames: pd.DataFrame | Iterable[pd.DataFrame],
     state: SessionState | None,
     schema: RowSchema,
@@ -65,7 +65,8 @@ def process_batch(
     await_snapshot: bool = False,
     policy: IntegrityPolicy = STRICT,
 ) -> BatchResult:
-    """Check and apply one micro-batch of one session. Never raises for bad input: returns it."""
+    """Check and apply one micro-batch of one session (``session`` None: records that name none).
+    Never raises for bad input: returns it."""
     df = exact_longs(_gather(frames), schema)
     if df.empty:
         return BatchResult(columns_of(empty_changes(schema)), state)
