@@ -124,10 +124,10 @@ def source_record(record: KafkaRecord, schema: RowSchema) -> SourceRecord:
         value = None if record.value is None else record.value.decode("utf-8")
     except UnicodeDecodeError:
         value = None
-    rows = tuple(RecordRow(r["row_pos"], r["row_id"], r["op"], tuple(plain(r[n]) for n in schema.names))
+    rows = tuple(RecordRow(r["row_pos"], r["row_id"], r["op"], tuple(r[n] for n in schema.names))
                  for r in parsed if r["row_pos"] is not None)
     return SourceRecord(record.topic, record.partition, record.offset, first["session"], first["group_session"],
-                        first["seq"], first["type"], plain(first["event_ts"]), error, value, rows)
+                        first["seq"], first["type"], first["event_ts"], error, value, rows)
 
 
 def plain(value: Any) -> Any:
@@ -135,6 +135,11 @@ def plain(value: Any) -> Any:
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC).replace(tzinfo=None)
     return value
+
+
+def same(logged: Any, sent: Any) -> bool:
+    """A value of the change log equal to the parse's (a NaN to a NaN, a time in any zone)."""
+    return bool(logged == sent) or same_value(plain(logged), plain(sent))
 
 
 @dataclass(frozen=True)
@@ -187,9 +192,9 @@ def judge(record: SourceRecord, changes: list[dict[str, Any]], recorded: list[di
         kind = sorted(kinds - applies)[0]
         return _wrong(f"{record.named()} is a {kind} row in violations, yet row_changes holds its changes",
                       VIOLATIONS, changes[0]["row_id"])
-    wrong = _changes_wrongly(record, changes, names)
-    if wrong is not None:
-        return wrong
+    differs = _changes_wrongly(record, changes, names)
+    if differs is not None:
+        return differs
     return Verdict(BOTH if kinds else APPLIED)
 
 
@@ -210,24 +215,24 @@ def _changes_wrongly(record: SourceRecord, changes: list[dict[str, Any]], names:
     where = record.named()
     for c in changes:
         for name, logged, sent in (("session", c["session"], record.session), ("seq", c["seq"], record.seq),
-                                   ("type", c["type"], record.type),
-                                   ("event_ts", plain(c["event_ts"]), record.event_ts)):
-            if logged != sent:
-                return _wrong(f"{where}: its change of row {quoted(c['row_id'])} has {name} {quoted(logged)}, "
+                                   ("type", c["type"], record.type), ("event_ts", c["event_ts"], record.event_ts)):
+            if not same(logged, sent):
+                return _wrong(f"{where}: its change of row {quoted(c['row_id'])} has {name} {quoted(plain(logged))}, "
                               f"the record {quoted(sent)}", row_id=c["row_id"])
     placed = {c["row_pos"]: c for c in changes if c["row_pos"] is not None and c["row_pos"] >= 0}
     for row in record.rows:
-        c = placed.pop(row.row_pos, None)
-        if c is None:
+        if row.row_pos not in placed:
             return _wrong(f"{where}: row_changes lacks its row at row_pos {row.row_pos}", row_id=row.row_id)
+        c = placed.pop(row.row_pos)
         if c["row_id"] != row.row_id or c["op"] != row.op:
             return _wrong(f"{where}: row_pos {row.row_pos} is {c['op']} {quoted(c['row_id'])} in row_changes, "
                           f"{row.op} {quoted(row.row_id)} in the record", row_id=row.row_id)
+        if tuple(c[name] for name in names) == row.values:
+            continue
         for name, sent in zip(names, row.values):
-            logged = plain(c[name])
-            if not same_value(logged, sent):
-                return _wrong(f"{where}: {name} is {quoted(logged)} in row_changes, {quoted(sent)} in the record",
-                              row_id=row.row_id)
+            if not same(c[name], sent):
+                return _wrong(f"{where}: {name} is {quoted(plain(c[name]))} in row_changes, {quoted(sent)} in the "
+                              "record", row_id=row.row_id)
     if placed:
         extra = placed[min(placed)]
         return _wrong(f"{where}: row_changes holds a change at row_pos {extra['row_pos']} the record does not carry",
@@ -296,14 +301,19 @@ class SourceSummary:
 
 
 class _Table:
-    """One table of the output, loaded once (one version for the whole walk), queried by SQL."""
+    """One table of the output, loaded once (one version for the whole walk), queried by SQL;
+    times come back naive UTC, as the parse gives them (a Python time with a zone costs more to
+    make than the rest of a row)."""
 
     def __init__(self, tables: OutputTables, name: str):
         self.name = name
         self._query = QueryBuilder().register("t", tables.table(name))
 
     def select(self, sql: str) -> pa.Table:
-        return plain_strings(pa.table(self._query.execute(sql)))
+        table = plain_strings(pa.table(self._query.execute(sql)))
+        naive = pa.schema([f.with_type(pa.timestamp(f.type.unit)) if pa.types.is_timestamp(f.type) else f
+                           for f in table.schema])
+        return table if naive == table.schema else table.cast(naive)
 
 
 def _at(tp: TopicPartition, lo: int, hi: int) -> str:
@@ -324,6 +334,8 @@ class SourceCheck:
         columns = self._changes.select("SELECT * FROM t LIMIT 0").schema
         self.names = row_columns(columns.names)
         self.schema = row_schema_of(columns, self.names)
+        self._change_columns = ", ".join(f'"{n}"' for n in ("session", "seq", "type", "event_ts", "offset", "row_pos",
+                                                             "row_id", "op", *self.names))
         self.summary = SourceSummary()
         self.starts: dict[TopicPartition, int] = {}
         self.read_ends: dict[TopicPartition, int] = {}
@@ -388,7 +400,7 @@ class SourceCheck:
             return None
         hours = ", ".join(sql_text(h) for h in sorted({hour_of(r.timestamp) for r in checked}))
         changes = self._rows(self._changes.select(
-            f"SELECT * FROM t WHERE hour IN ({hours}) AND {_at(tp, lo, hi)}"))
+            f"SELECT {self._change_columns} FROM t WHERE hour IN ({hours}) AND {_at(tp, lo, hi)}"))
         recorded = self._rows(self._violations.select(
             f"SELECT session, kind, \"offset\", found_seq, value FROM t WHERE {_at(tp, lo, hi)}"))
         for record in checked:

@@ -15,11 +15,11 @@ as passed or failed.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from reconstructor.cli.progress import RecordProgress
 from reconstructor.cli.record_sources import RecordSource
 from reconstructor.core.batch import process_batch
 from reconstructor.core.record_parse import KafkaRecord, parse_record
@@ -144,15 +144,11 @@ def run_check(spec: StepSpec, source: RecordSource, fmt: str) -> int:
     """Judge every record of ``source``; print the report; 0 when clean, 3 when not."""
     check = SessionCheck(spec, source.starts)
     started = time.monotonic()
-    shown = sys.stderr.isatty()
+    progress = RecordProgress("checked", source.total)
     for batch in source.batches:
         check.add(batch)
-        if shown:
-            total = f" of {source.total:,}" if source.total else ""
-            rate = check.records / max(time.monotonic() - started, 1e-9)
-            print(f"\rchecked {check.records:,}{total} records ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
-    if shown:
-        print(file=sys.stderr)
+        progress(check.records)
+    progress.end()
     seconds = time.monotonic() - started
     print(check.as_json(seconds) if fmt == "json" else "\n".join(check.lines(seconds)))
     return 0 if check.clean else 3

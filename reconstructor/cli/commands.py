@@ -18,7 +18,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from reconstructor.cli import replay_plan, validate
-from reconstructor.cli.progress import CatchUpProgress, batch_line
+from reconstructor.cli.progress import CatchUpProgress, RecordProgress, batch_line
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError
 from reconstructor.failures import explain
@@ -304,12 +304,8 @@ def verify(args) -> int:
     topics = validate.topic_pattern(args.topic_pattern) if args.topic_pattern else None
     if args.against_kafka:  # before the tables are read: a broker that does not answer is bad usage
         cfg.require("bootstrap_servers")
-        try:
+        with _broker_failure_is_usage():
             validate.broker_reachable(cfg.need("bootstrap_servers"), cfg.kafka)
-        except UsageError:
-            raise
-        except ReconstructorError as exc:
-            raise UsageError(str(exc)) from None
     validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output)
     from reconstructor.audit.checks import Verification
     from reconstructor.audit.delta_tables import OutputTables
@@ -338,9 +334,10 @@ def verify(args) -> int:
     found = check.finish(tables.read(CURRENT_ROWS))
     if found is not None:
         raise DiscrepancyError(found.line())
-    print("\n".join(check.summary.lines(cfg.need("output"), time.monotonic() - started)))
-    if args.against_kafka:
-        print("\n".join(_verify_against_kafka(cfg, tables, topics)))
+    lines = check.summary.lines(cfg.need("output"), time.monotonic() - started)
+    if args.against_kafka:  # "no discrepancy" is said once the records agree too
+        lines += _verify_against_kafka(cfg, tables, topics)
+    print("\n".join(lines))
     return 0
 
 
@@ -360,33 +357,37 @@ def _verify_against_kafka(cfg: Settings, tables, topics: str | None) -> list[str
                          f"the output {cfg.output} records no batch's Kafka offsets (an earlier release wrote it): "
                          "it cannot be held to Kafka")
     held = sorted({t for t, _ in ends})
-    try:
+    with _broker_failure_is_usage():
         found = replay_plan.partitions(cfg.model_copy(update={"topic_pattern": "|".join(map(re.escape, held))}))
         bounds = record_sources.watermark_bounds(bootstrap, cfg.kafka, found)
-    except UsageError:
-        raise
-    except ReconstructorError as exc:  # a broker that does not answer: the check cannot start
-        raise UsageError(str(exc)) from None
     if not found:
         raise UsageError(f"none of the output's topics ({', '.join(held)}) is in Kafka at {bootstrap}")
     check = SourceCheck(tables, ends, bounds)
     source = record_sources.kafka_records(bootstrap, cfg.kafka, check.starts, check.read_ends)
-    started, shown = time.monotonic(), sys.stderr.isatty()
+    started = time.monotonic()
+    progress = RecordProgress("checked against Kafka", check.total)
     for batch in source.batches:
         discrepancy = check.add(batch)
         if discrepancy is not None:
             raise DiscrepancyError(discrepancy.line())
-        if shown:
-            done = check.summary.checked + check.summary.not_checked
-            rate = done / max(time.monotonic() - started, 1e-9)
-            print(f"\rchecked against Kafka {done:,} of {check.total:,} records ({rate:,.0f}/s)", end="",
-                  file=sys.stderr, flush=True)
-    if shown:
-        print(file=sys.stderr)
+        progress(check.summary.checked + check.summary.not_checked)
+    progress.end()
     discrepancy = check.finish()
     if discrepancy is not None:
         raise DiscrepancyError(discrepancy.line())
     return check.summary.lines(time.monotonic() - started)
+
+
+@contextlib.contextmanager
+def _broker_failure_is_usage():
+    """A broker that does not answer (or refuses the settings) is bad usage for a command that
+    only reads Kafka: nothing started, exit 2 with the line that says so."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except ReconstructorError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check(args) -> int:
@@ -406,12 +407,8 @@ def check(args) -> int:
         return run_check(spec, record_sources.file_records(args.file), args.format)
     cfg.require("bootstrap_servers", "topic_pattern")
     validate.topic_pattern(cfg.need("topic_pattern"))
-    try:
+    with _broker_failure_is_usage():
         found = replay_plan.partitions(cfg)
-    except UsageError:
-        raise
-    except ReconstructorError as exc:  # a broker that does not answer: the command cannot start
-        raise UsageError(str(exc)) from None
     if not found:
         raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
     bounds = record_sources.watermark_bounds(cfg.need("bootstrap_servers"), cfg.kafka, found)

@@ -86,3 +86,27 @@ class CatchUpProgress:
             self.stream.write("\n")
             self.stream.flush()
             self.drawn = False
+
+
+class RecordProgress:
+    """A command's records done (of the total, when known) and its rate, redrawn on one line of a
+    terminal's stderr and not written anywhere else (``check``, ``verify --against-kafka``)."""
+
+    def __init__(self, what: str, total: int | None, stream=None):
+        self.what, self.total = what, total
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.started = time.monotonic()
+
+    def __call__(self, done: int) -> None:
+        if not self.tty:
+            return
+        rate = done / max(time.monotonic() - self.started, 1e-9)
+        total = f" of {self.total:,}" if self.total else ""
+        self.stream.write(f"\r{self.what} {done:,}{total} records ({rate:,.0f}/s)\033[K")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()

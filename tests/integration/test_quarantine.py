@@ -6,11 +6,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Producer
+from deltalake import DeltaTable, write_deltalake
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import TABLES
@@ -154,6 +157,35 @@ def test_a_fleet_in_quarantine_mode_sets_three_broken_sessions_aside_and_resyncs
     assert problems == {session: rows[0][:3] + (rows[0][4],) for session, rows in by_session.items()}
     driven = _driver_tables(spark, pattern, {"on_violation": "quarantine"})
     assert driven["row_changes"] and driven["violations"] and driven == _spark_tables(spark, out2)
+
+    # The lake reconciled with its source (no JVM): every record Kafka holds, the one that names no
+    # session included, is in row_changes, in violations, or both, as the contract says.
+    against = ["--against-kafka", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", pattern]
+    reconciled = cli("verify", "--output", out, *against)
+    assert reconciled.returncode == 0, reconciled.stderr[-3000:]
+    assert f"against Kafka: {len(messages) + 1:,} records checked (" in reconciled.stdout
+    assert "  not checked: 0 records (0 before" in reconciled.stdout
+    assert "0 offsets no longer in Kafka, 0 offsets past the writer's committed ones" in reconciled.stdout
+    assert reconciled.stdout.index("no discrepancy") < reconciled.stdout.index("against Kafka")
+    # A record set aside whose violations row is gone: at rest only a seq with no trace, which the
+    # at-rest checks count and cannot fail; against Kafka, the record the tables lack.
+    topic, part, offset, session, kind, _, seq, _, _ = next(r for r in recorded if r[4] == "SKIPPED")
+    tampered = tmp_path / "tampered"
+    shutil.copytree(out, tampered)
+    held = DeltaTable(str(tampered / "violations")).to_pyarrow_table()
+    kept = held.filter(pc.invert(pc.and_(pc.equal(held["topic"], topic), pc.and_(
+        pc.equal(held["partition"], part), pc.equal(held["offset"], offset)))))
+    assert kept.num_rows == held.num_rows - 1
+    shutil.rmtree(tampered / "violations")
+    write_deltalake(str(tampered / "violations"), kept)
+    failed = cli("verify", "--output", str(tampered), *against)
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    assert failed.stderr.strip().splitlines()[-1].startswith(
+        f"reconstructor: VERIFY FAILED row_changes topic={topic} session={session} seq={seq} row=")
+    assert f"record at partition {part} offset {offset} has 2 row(s); row_changes holds none of them and " \
+           "violations no row of it" in failed.stderr
+    nowhere = cli("verify", "--output", out, *against[:-1], "no-such-topic")
+    assert nowhere.returncode == 2 and "no topic of the output" in nowhere.stderr
 
 
 def test_a_dropped_update_before_a_periodic_snapshot_is_recorded_as_drift_and_fails_the_query_when_asked(

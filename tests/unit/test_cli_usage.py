@@ -190,7 +190,7 @@ def test_every_command_that_vacuums_documents_the_unsafe_flag_and_its_risk():
 def test_verify_and_asof_have_help_with_examples():
     result = cli("--help")
     assert "verify" in result.stdout and "asof" in result.stdout
-    for command, flags in (("verify", ("--output", "--topic-pattern")),
+    for command, flags in (("verify", ("--output", "--topic-pattern", "--against-kafka", "--bootstrap-servers")),
                            ("asof", ("--output", "--topic", "--session", "--at", "--seq", "--format"))):
         shown = cli(command, "--help")
         assert shown.returncode == 0 and "examples:" in shown.stdout
@@ -201,6 +201,9 @@ def test_verify_and_asof_have_help_with_examples():
     (["verify"], "missing --output"),
     (["verify", "--output", "OUT", "--topic-pattern", "sensor-("], "is not a valid regex"),
     (["verify", "--output", "OUT", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["verify", "--output", "OUT", "--against-kafka"], "missing --bootstrap-servers"),
+    (["verify", "--output", "OUT", "--against-kafka", "--bootstrap-servers", "127.0.0.1:1"],
+     "Kafka at 127.0.0.1:1 does not answer"),
     (["asof", "--output", "OUT", "--topic", "t", "--session", "s"], "one of the arguments --at --seq is required"),
     (["asof", "--output", "OUT", "--topic", "t", "--session", "s", "--seq", "1", "--at", "2026-11-21T10:00:00Z"],
      "not allowed with argument"),
