@@ -16,6 +16,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from reconstructor.errors import IntegrityViolationError
+from tests.support.cli import cli_in_process
 from tests.support.pipeline import read_table, run
 
 pytestmark = pytest.mark.integration
@@ -90,6 +91,16 @@ def test_only_committed_records_are_read_and_aborted_ones_are_neither_data_nor_g
     assert _changes(spark, out)[-1] == ("s", 4, "a", "committed-4")
     (session,) = read_table(spark, out, "sessions").where("session = 's'").collect()
     assert (session.status, session.last_seq) == ("open", 4)
+
+    # Without Spark too: check and verify against Kafka read only what was committed, and the
+    # offsets of the aborted records and of the markers, the last one included, are no records.
+    checked = cli_in_process("check", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--format", "json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert (report["clean"], report["sessions"], report["records"]) == (True, 2, 7), report
+    verified = cli_in_process("verify", "--output", out, "--against-kafka", "--bootstrap-servers", bootstrap)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "against Kafka: 7 records checked" in verified.stdout, verified.stdout
 
 
 def _produce(bootstrap: str, topic: str, records) -> None:
