@@ -22,11 +22,11 @@ from typing import Any
 from reconstructor.cli.progress import RecordProgress
 from reconstructor.cli.record_sources import RecordSource
 from reconstructor.core.batch import process_batch
-from reconstructor.core.record_parse import KafkaRecord, parse_record
+from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.core.state import SessionState, SessionStatus
 from reconstructor.core.step_spec import StepSpec
 from reconstructor.core.violations import ViolationKind, ViolationRecord
-from reconstructor.testing.step_runner import GroupKey, input_frame
+from reconstructor.testing.step_runner import GroupKey, grouped_input
 
 
 @dataclass
@@ -61,20 +61,12 @@ class SessionCheck:
         """One batch of records: each session's records through the core, its state kept."""
         # Without the records' raw values: the report never prints them, and the core takes them
         # only to copy them into the violations it records.
-        rows = [row for record in batch for row in parse_record(record, self.spec.schema)]
+        grouped = grouped_input(batch, self.spec.schema, keep_value=False)
         self.records += len(batch)
-        if not rows:
-            return
-        frame = input_frame(rows, self.spec.schema, False)
-        groups: dict[GroupKey, list[int]] = {}
-        for i, row in enumerate(rows):
-            key = (row["topic"], row["group_session"])
-            groups.setdefault(key, []).append(i)
-            if not row["row_pos"]:  # a record's first row
-                self._report(key).records += 1
-        for key, at in groups.items():
-            previous = self.states.get(key)
-            result = process_batch(key[0], key[1], frame.iloc[at].reset_index(drop=True), previous, self.spec.schema,
+        for key, n in grouped.records.items():
+            self._report(key).records += n
+        for key, frame in grouped.frames.items():
+            result = process_batch(key[0], key[1], frame, self.states.get(key), self.spec.schema,
                                    policy=self.spec.policy)
             report = self._report(key)
             for v in ([result.violation] if result.violation is not None else []) + result.recorded:

@@ -36,8 +36,6 @@ class BatchOutput:
 
     records: list[dict[str, Any]]
     store: dict[GroupKey, StoredState]
-    #: The records of the batch per group.
-    counts: dict[GroupKey, int]
 
 
 class StepRunner:
@@ -60,7 +58,7 @@ class StepRunner:
     def run(self, records: Iterable[KafkaRecord]) -> BatchOutput:
         """One micro-batch at the clock's time; the state store is not changed until ``commit``."""
         now_ms = self.clock()
-        groups, counts = self._groups(records)
+        groups = grouped_input(records, self.schema, keep_value=self.spec.policy.quarantine).frames
         store = dict(self._store)
         out: list[dict[str, Any]] = []
         for key in sorted(groups, key=_order):
@@ -74,7 +72,7 @@ class StepRunner:
             state = GroupState(held, now_ms, timed_out=True)
             out += self._call(key, None, state)
             _keep(store, key, state)
-        return BatchOutput(out, store, counts)
+        return BatchOutput(out, store)
 
     def commit(self, batch: BatchOutput) -> None:
         self._store = batch.store
@@ -85,26 +83,6 @@ class StepRunner:
 
         held = self._store.get((topic, session))
         return None if held is None else state_from_tuple(held.value, self.schema)
-
-    def keys(self) -> list[GroupKey]:
-        return sorted(self._store, key=_order)
-
-    def _groups(self, records: Iterable[KafkaRecord]) -> tuple[dict[GroupKey, pd.DataFrame], dict[GroupKey, int]]:
-        """The parsed rows by ``(topic, session)``, each group a frame as Spark's worker hands the
-        state function (``reconstructor.spark.stateful.reconstruct_inputs``), and its records."""
-        quarantine = self.spec.policy.quarantine
-        rows = [row for rec in records for row in parse_record(rec, self.schema, keep_value=quarantine)]
-        if not rows:
-            return {}, {}
-        frame = input_frame(rows, self.schema, quarantine)
-        by_key: dict[GroupKey, list[int]] = {}
-        counts: dict[GroupKey, int] = {}
-        for i, row in enumerate(rows):
-            key = (row["topic"], row["group_session"])
-            by_key.setdefault(key, []).append(i)
-            if not row["row_pos"]:  # a record's first row (a record without rows has one, row_pos null)
-                counts[key] = counts.get(key, 0) + 1
-        return {key: frame.iloc[at].reset_index(drop=True) for key, at in by_key.items()}, counts
 
     def _call(self, key: GroupKey, frame: pd.DataFrame | None, state: GroupState) -> list[dict[str, Any]]:
         frames = iter(() if frame is None else (frame,))
@@ -127,6 +105,32 @@ def _keep(store: dict[GroupKey, StoredState], key: GroupKey, state: GroupState) 
 
 def _order(key: GroupKey) -> tuple[str, bool, str]:
     return key[0], key[1] is None, key[1] or ""
+
+
+@dataclass(frozen=True)
+class GroupedInput:
+    """A batch's parsed records by ``(topic, session)``: each group's frame as Spark's worker hands
+    the state function (``reconstructor.spark.stateful.reconstruct_inputs``), and its records."""
+
+    frames: dict[GroupKey, pd.DataFrame]
+    records: dict[GroupKey, int]
+
+
+def grouped_input(records: Iterable[KafkaRecord], schema: RowSchema, *, keep_value: bool) -> GroupedInput:
+    """``records`` through the parse, grouped as ``run`` groups them (``keep_value``: with the raw
+    values, for the violations of quarantine mode)."""
+    rows = [row for rec in records for row in parse_record(rec, schema, keep_value=keep_value)]
+    if not rows:
+        return GroupedInput({}, {})
+    frame = input_frame(rows, schema, keep_value)
+    by_key: dict[GroupKey, list[int]] = {}
+    counts: dict[GroupKey, int] = {}
+    for i, row in enumerate(rows):
+        key = (row["topic"], row["group_session"])
+        by_key.setdefault(key, []).append(i)
+        if not row["row_pos"]:  # a record's first row (a record without rows has one, row_pos null)
+            counts[key] = counts.get(key, 0) + 1
+    return GroupedInput({key: frame.iloc[at].reset_index(drop=True) for key, at in by_key.items()}, counts)
 
 
 def input_frame(rows: list[dict[str, Any]], schema: RowSchema, quarantine: bool) -> pd.DataFrame:
