@@ -128,6 +128,15 @@ def client_or_usage_error(make, *args, **conf):
                          f"{exc}") from None
 
 
+def reading_consumer(bootstrap: str, kafka_options: Mapping[str, str], group: str, **conf: Any) -> Consumer:
+    """A consumer that reads only what was committed, with the ``[kafka]`` settings, and commits
+    no offset of its own (``group`` names it to the broker): the command line's offset lookups and
+    the reads of ``check`` and ``verify --against-kafka``.  ``conf``: more librdkafka settings."""
+    return client_or_usage_error(Consumer, {
+        **librdkafka_settings(kafka_options), "bootstrap.servers": bootstrap, "group.id": group,
+        "enable.auto.commit": False, "isolation.level": "read_committed", **conf})
+
+
 # What a broker answers for a partition whose leader is being elected (a topic created a moment
 # before, a broker that restarts): it will answer again once the election is over.
 _ELECTING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,

@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.errors import ReconstructorError, UsageError, error_line
@@ -81,24 +82,23 @@ def _file_record(path: str, n: int, line: str) -> KafkaRecord:
 def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tuple[str, int], int],
                   ends: dict[tuple[str, int], int]) -> RecordSource:
     """The records of each partition from its start to its end offset (exclusive)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
-    from reconstructor.kafka_admin import client_or_usage_error, librdkafka_settings
+    from reconstructor.kafka_admin import reading_consumer
 
     wanted = {tp: end for tp, end in ends.items() if end > starts[tp]}
 
     def batches() -> Iterator[list[KafkaRecord]]:
-        consumer = client_or_usage_error(Consumer, {
-            **librdkafka_settings(kafka_options), "bootstrap.servers": bootstrap,
-            "group.id": "reconstructor-check", "enable.auto.commit": False, "enable.partition.eof": True,
-            "isolation.level": "read_committed"})
+        consumer = reading_consumer(bootstrap, kafka_options, "reconstructor-check", **{"enable.partition.eof": True})
         remaining = dict(wanted)
         try:
             consumer.assign([TopicPartition(t, p, starts[(t, p)]) for t, p in remaining])
             while remaining:
                 batch: list[KafkaRecord] = []
                 for m in consumer.consume(BATCH_RECORDS, timeout=0.25):
-                    tp = (m.topic(), m.partition())
+                    # A message from an assigned partition names it, and one without error its offset.
+                    tp = (cast(str, m.topic()), cast(int, m.partition()))
+                    offset = cast(int, m.offset())
                     error = m.error()
                     if error is not None:
                         if error.code() != KafkaError._PARTITION_EOF:
@@ -106,12 +106,11 @@ def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tu
                         remaining.pop(tp, None)  # read_committed: its last records may be markers
                         continue
                     end = remaining.get(tp)
-                    if end is None or m.offset() >= end:
+                    if end is None or offset >= end:
                         remaining.pop(tp, None)
                         continue
-                    batch.append(KafkaRecord(tp[0], tp[1], m.offset(), kafka_time(m.timestamp()[1]),
-                                             m.key(), m.value()))
-                    if m.offset() >= end - 1:
+                    batch.append(KafkaRecord(tp[0], tp[1], offset, kafka_time(m.timestamp()[1]), m.key(), m.value()))
+                    if offset >= end - 1:
                         remaining.pop(tp, None)
                 if batch:
                     yield batch
@@ -124,13 +123,9 @@ def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tu
 def watermark_bounds(bootstrap: str, kafka_options: dict[str, str],
                      partitions: dict[str, list[int]]) -> dict[tuple[str, int], tuple[int, int]]:
     """Each partition's earliest offset and its end (high watermark), as Kafka holds them now."""
-    from confluent_kafka import Consumer
+    from reconstructor.kafka_admin import reading_consumer, watermarks
 
-    from reconstructor.kafka_admin import client_or_usage_error, librdkafka_settings, watermarks
-
-    consumer = client_or_usage_error(Consumer, {
-        **librdkafka_settings(kafka_options), "bootstrap.servers": bootstrap,
-        "group.id": "reconstructor-check", "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer = reading_consumer(bootstrap, kafka_options, "reconstructor-check")
     try:
         out: dict[tuple[str, int], tuple[int, int]] = {}
         for topic, parts in partitions.items():

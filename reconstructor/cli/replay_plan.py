@@ -13,7 +13,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from reconstructor.cli import validate
 from reconstructor.contract.row_schema import RowSchema
@@ -21,7 +21,7 @@ from reconstructor.contract.tables import SESSIONS, table_path
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.kafka_admin import broker_metadata, client_or_usage_error, librdkafka_settings, watermarks
+from reconstructor.kafka_admin import broker_metadata, librdkafka_settings, reading_consumer, watermarks
 from reconstructor.settings import Settings
 
 if TYPE_CHECKING:
@@ -38,10 +38,7 @@ def offsets_for_timestamp(cfg: Settings, ts: str) -> str:
              for t, ps in partitions(cfg).items() for p in ps]
     if not parts:
         raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
-    consumer = client_or_usage_error(Consumer, {
-        **librdkafka_settings(cfg.kafka), "bootstrap.servers": cfg.bootstrap_servers,
-        "group.id": "reconstructor-replay", "enable.auto.commit": False,
-        "isolation.level": "read_committed"})
+    consumer = reading_consumer(cfg.need("bootstrap_servers"), cfg.kafka, "reconstructor-replay")
     try:
         found = consumer.offsets_for_times(parts, timeout=10)
     finally:
@@ -101,10 +98,7 @@ def plan_from_last_snapshot(spark, cfg: Settings) -> tuple[str, SessionSeeds]:
 
 def earliest_offsets(cfg: Settings, found: dict[str, list[int]]) -> dict[str, dict[str, int]]:
     """Each partition's earliest offset in Kafka."""
-    consumer = client_or_usage_error(Consumer, {
-        **librdkafka_settings(cfg.kafka), "bootstrap.servers": cfg.bootstrap_servers,
-        "group.id": "reconstructor-replay", "enable.auto.commit": False,
-        "isolation.level": "read_committed"})
+    consumer = reading_consumer(cfg.need("bootstrap_servers"), cfg.kafka, "reconstructor-replay")
     try:
         out: dict[str, dict[str, int]] = {}
         for topic, parts in found.items():
