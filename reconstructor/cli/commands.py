@@ -413,21 +413,20 @@ def check(args) -> int:
         raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
     bounds = record_sources.watermark_bounds(cfg.need("bootstrap_servers"), cfg.kafka, found)
     given = (json.loads(replay_plan.offsets_for_timestamp(cfg, args.from_timestamp)) if args.from_timestamp
-             else _offsets_json(args.from_offsets) if args.from_offsets else None)
+             else _from_offsets(args.from_offsets, cfg.need("topic_pattern")) if args.from_offsets else None)
     starts = record_sources.start_offsets(bounds, given)
     ends = {tp: high for tp, (_, high) in bounds.items()}
     return run_check(spec, record_sources.kafka_records(cfg.need("bootstrap_servers"), cfg.kafka, starts, ends),
                      args.format)
 
 
-def _offsets_json(text: str) -> dict[str, dict[str, int]]:
-    try:
-        given = json.loads(text)
-        if not all(isinstance(ps, dict) and all(isinstance(o, int) for o in ps.values()) for ps in given.values()):
-            raise ValueError("not {topic: {partition: offset}}")
-    except (ValueError, AttributeError) as exc:
-        raise UsageError(f'--from must be JSON offsets such as {{"sensor-1": {{"0": 1200}}}}: {exc}') from None
-    return given
+def _from_offsets(text: str, topic_pattern: str) -> dict[str, dict[str, int]]:
+    """``check --from``: JSON offsets, checked as ``replay --from``'s are."""
+    value = validate.offsets_within(validate.starting_offsets(text), topic_pattern)
+    if value in ("earliest", "latest"):
+        raise UsageError('--from must be JSON offsets such as {"sensor-1": {"0": 1200}} '
+                         "(without it, check reads each partition from its earliest offset)")
+    return json.loads(value)
 
 
 def asof(args) -> int:

@@ -149,7 +149,7 @@ def start_offsets(bounds: dict[tuple[str, int], tuple[int, int]],
         for part, offset in parts.items():
             tp = (topic, int(part))
             if tp not in bounds:
-                raise UsageError(f"--from names {topic} partition {part}, which --topic-pattern does not match")
+                raise UsageError(f"--from names {topic} partition {part}, which Kafka does not hold")
             low, high = bounds[tp]
             starts[tp] = low if offset == -2 else high if offset == -1 else min(max(int(offset), low), high)
     return starts
