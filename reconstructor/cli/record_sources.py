@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,13 +18,12 @@ from pathlib import Path
 from typing import cast
 
 from reconstructor.core.record_parse import KafkaRecord
+from reconstructor.core.timestamps import from_epoch_millis
 from reconstructor.errors import ReconstructorError, UsageError, error_line
 
 #: Records handed to the rules at a time: large enough that each session's step is vectorised,
 #: small enough that a batch's frames stay a few tens of MB.
 BATCH_RECORDS = 20_000
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_LATEST = dt.datetime.max.replace(tzinfo=dt.UTC)
 
 
 @dataclass
@@ -36,15 +34,6 @@ class RecordSource:
     batches: Iterator[list[KafkaRecord]]
     total: int | None
     starts: dict[tuple[str, int], int] = field(default_factory=dict)
-
-
-def kafka_time(ms: int) -> dt.datetime:
-    """A Kafka timestamp (epoch milliseconds) as an aware UTC time; past what Python holds, its
-    largest (the parse refuses such a time either way)."""
-    try:
-        return _EPOCH + dt.timedelta(milliseconds=ms)
-    except OverflowError:
-        return _LATEST if ms > 0 else _EPOCH.replace(year=1)
 
 
 def file_records(path: str) -> RecordSource:
@@ -76,7 +65,7 @@ def _file_record(path: str, n: int, line: str) -> KafkaRecord:
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise UsageError(f"--file {path} line {n} is not a record ({{\"topic\", \"partition\", \"offset\", "
                          f"\"timestamp\", \"key\", \"value\"}}, key and value in base64): {error_line(exc)}") from None
-    return KafkaRecord(data["topic"], partition, offset, kafka_time(ms), key, value)
+    return KafkaRecord(data["topic"], partition, offset, from_epoch_millis(ms), key, value)
 
 
 def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tuple[str, int], int],
@@ -109,7 +98,8 @@ def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tu
                     if end is None or offset >= end:
                         remaining.pop(tp, None)
                         continue
-                    batch.append(KafkaRecord(tp[0], tp[1], offset, kafka_time(m.timestamp()[1]), m.key(), m.value()))
+                    stamp = from_epoch_millis(m.timestamp()[1])
+                    batch.append(KafkaRecord(tp[0], tp[1], offset, stamp, m.key(), m.value()))
                     if offset >= end - 1:
                         remaining.pop(tp, None)
                 if batch:

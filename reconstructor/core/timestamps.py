@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-__all__ = ["RFC3339_PATTERN", "parse_rfc3339"]
+__all__ = ["RFC3339_PATTERN", "from_epoch_micros", "from_epoch_millis", "parse_rfc3339"]
 
 #: The grammar's shape; field ranges are checked on the parts.  Groups: date, hour, minute,
 #: second, fraction digits, offset.
@@ -60,3 +60,20 @@ def parse_rfc3339(text: str) -> dt.datetime:
         return local - shift if offset[0] == "+" else local + shift
     except OverflowError:
         raise ValueError(f"{text!r} is outside the times Python can hold") from None
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def from_epoch_micros(micros: int) -> dt.datetime:
+    """Epoch microseconds (the state's and a session record's times) as an aware UTC datetime."""
+    return _EPOCH + dt.timedelta(microseconds=int(micros))
+
+
+def from_epoch_millis(ms: int) -> dt.datetime:
+    """Epoch milliseconds (a Kafka timestamp) as an aware UTC datetime, exactly; one past what
+    Python holds is its first or last time (the parse refuses either as outside the range)."""
+    try:
+        return _EPOCH + dt.timedelta(milliseconds=int(ms))
+    except OverflowError:
+        return dt.datetime.max.replace(tzinfo=dt.UTC) if ms > 0 else dt.datetime.min.replace(tzinfo=dt.UTC)

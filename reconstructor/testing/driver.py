@@ -24,6 +24,7 @@ from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import RecordKind
 from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.core.state import SessionState
+from reconstructor.core.timestamps import from_epoch_millis
 from reconstructor.core.violations import ViolationRecord
 from reconstructor.errors import EXIT_INTEGRITY
 from reconstructor.settings import Settings
@@ -126,7 +127,7 @@ class TestDriver:
             self.verdict = Verdict(EXIT_INTEGRITY, ViolationRecord.from_json(stop["info"]))
             return self.verdict
         self._runner.commit(batch)
-        self._tables.write(batch.records, dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC))
+        self._tables.write(batch.records, from_epoch_millis(now_ms))
         return self.verdict
 
     @property
@@ -148,7 +149,7 @@ class TestDriver:
         key = r.get("key", value.get("session") if isinstance(value, dict) else None)
         stamp = r.get("timestamp", now_ms)
         if not isinstance(stamp, dt.datetime):
-            stamp = dt.datetime.fromtimestamp(int(stamp) / 1000, dt.UTC)
+            stamp = from_epoch_millis(stamp)
         partition = int(r.get("partition", 0))
         return KafkaRecord(topic=r["topic"], partition=partition,
                            offset=self._offsets.place(r["topic"], partition, r.get("offset")),

@@ -32,6 +32,7 @@ from reconstructor.contract.tables import (
     RecordKind,
 )
 from reconstructor.core.state import SessionStatus
+from reconstructor.core.timestamps import from_epoch_micros
 from reconstructor.core.violations import ViolationRecord
 from reconstructor.spark.sinks.ahead import history_point
 
@@ -108,7 +109,7 @@ class DriverTables:
         row: dict[str, Any] = {"topic": r["topic"], "session": r["session"], "partition": r["partition"]}
         for f in SESSION_INFO_FIELDS:
             value = info[f.name]
-            row[f.column] = (None if value is None else _from_micros(value)) if f.is_time else value
+            row[f.column] = (None if value is None else from_epoch_micros(value)) if f.is_time else value
         row.update(updated_at=now, chain_head=info.get("chain_head"), chain_seal=info.get("chain_seal"))
         held = self._sessions.get(key)
         if held is None:
@@ -130,10 +131,6 @@ class DriverTables:
     def _table(self, rows: list[dict[str, Any]], fields: Any) -> pa.Table:
         schema = arrow_schema(fields, self.schema)
         return pa.Table.from_pylist([{f.name: _plain(row.get(f.name)) for f in schema} for row in rows], schema)
-
-
-def _from_micros(us: int) -> dt.datetime:
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))
 
 
 def _plain(value: Any) -> Any:

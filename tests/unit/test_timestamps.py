@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconstructor.core.timestamps import parse_rfc3339
+from reconstructor.core.timestamps import from_epoch_micros, from_epoch_millis, parse_rfc3339
 
 UTC = dt.UTC
 
@@ -82,3 +82,10 @@ def test_property_each_written_form_reads_back_its_instant(case):
     text, instant = case
     assert parse_rfc3339(text) == instant
     assert parse_rfc3339(text).tzinfo == UTC
+
+
+def test_epoch_numbers_are_aware_utc_times_exactly_and_a_kafka_time_past_python_is_its_last():
+    assert from_epoch_micros(1_764_324_000_123_456) == dt.datetime(2025, 11, 28, 10, 0, 0, 123456, tzinfo=dt.UTC)
+    assert from_epoch_millis(-1) == dt.datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=dt.UTC)
+    assert from_epoch_millis(2**63 - 1) == dt.datetime.max.replace(tzinfo=dt.UTC)
+    assert from_epoch_millis(-(2**63)) == dt.datetime.min.replace(tzinfo=dt.UTC)

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.contract.tables import RESYNC_REQUESTED_AT, SESSIONS, RecordKind
 from reconstructor.core.resync import ResyncRequest, SetAside, requests_due
+from reconstructor.core.timestamps import from_epoch_micros
 from reconstructor.core.violations import ViolationKind
 from reconstructor.spark.sinks.idempotency import BatchTransactions
 from reconstructor.spark.sinks.records import is_record
@@ -90,6 +91,4 @@ class ResyncRequests:
 
 
 def _time(micros: int | None) -> dt.datetime | None:
-    if micros is None:
-        return None
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+    return None if micros is None else from_epoch_micros(micros)
