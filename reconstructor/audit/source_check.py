@@ -40,7 +40,7 @@ from reconstructor.audit.checks import DRIFT, Discrepancy
 from reconstructor.audit.delta_tables import OutputTables, plain_strings, sql_text
 from reconstructor.audit.fold import row_columns, same_value
 from reconstructor.contract.row_schema import Column, RowSchema
-from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
+from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS, hour_of
 from reconstructor.contract.writer import furthest, newest_first, offsets_in_metadata
 from reconstructor.core.record_parse import KafkaRecord, parse_record
 from reconstructor.core.violations import ViolationKind, quoted
@@ -263,11 +263,6 @@ def row_schema_of(schema: pa.Schema, names: Iterable[str]) -> RowSchema:
             raise UsageError(f"row_changes column {name} has type {arrow}, which no row schema type gives")
         columns.append(Column(name, kind))
     return RowSchema(ROW_CHANGES, tuple(columns))
-
-
-def hour_of(ts: dt.datetime) -> str:
-    """The ``hour`` partition of a record's Kafka timestamp (``yyyy-MM-dd-HH``, UTC)."""
-    return ts.astimezone(dt.UTC).strftime("%Y-%m-%d-%H")
 
 
 @dataclass

@@ -15,6 +15,7 @@ breaks every table and checkpoint written before.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import typing
 from typing import Any
@@ -147,6 +148,17 @@ ROW_CHANGES_FIELDS = (
     ("chain_prev", "STRING"), ("chain_digest", "STRING"),
     ("hour", "STRING NOT NULL"),
 )
+
+#: ``row_changes``' partition column: the hour of a change's Kafka timestamp in UTC, as Spark's
+#: ``date_format`` pattern (the sink's) and as Python's ``strftime`` one (the readers').
+HOUR_PATTERN = "yyyy-MM-dd-HH"
+HOUR_FORMAT = "%Y-%m-%d-%H"
+
+
+def hour_of(ts: dt.datetime) -> str:
+    """The ``hour`` a change with this Kafka timestamp lies in (a naive time is UTC)."""
+    return (ts if ts.tzinfo is None else ts.astimezone(dt.UTC)).strftime(HOUR_FORMAT)
+
 
 CURRENT_ROWS_FIELDS = (
     ("topic", "STRING NOT NULL"), ("session", "STRING NOT NULL"), ("row_id", "STRING NOT NULL"),

@@ -21,7 +21,15 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, TABLES, VIOLATIONS, table_path
+from reconstructor.contract.tables import (
+    CURRENT_ROWS,
+    HOUR_FORMAT,
+    ROW_CHANGES,
+    SESSIONS,
+    TABLES,
+    VIOLATIONS,
+    table_path,
+)
 from reconstructor.core.compaction_schedule import wait_before_compaction
 from reconstructor.settings import SAFE_VACUUM_RETENTION
 from reconstructor.spark.catalog import path_ref
@@ -86,7 +94,7 @@ class Compactor:
         now = now or dt.datetime.now(dt.UTC)
         closed = []
         for hour, count in sorted(self.files_per_hour().items()):
-            start = dt.datetime.strptime(hour, "%Y-%m-%d-%H").replace(tzinfo=dt.UTC)
+            start = dt.datetime.strptime(hour, HOUR_FORMAT).replace(tzinfo=dt.UTC)
             if start + dt.timedelta(hours=1, seconds=self.grace_s) <= now and count > self.min_files:
                 closed.append(hour)
         return closed

@@ -30,6 +30,7 @@ from reconstructor.contract.tables import (
     VIOLATIONS,
     VIOLATIONS_FIELDS,
     RecordKind,
+    hour_of,
 )
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import from_epoch_micros
@@ -73,7 +74,7 @@ class DriverTables:
                    if (k == RecordKind.CHANGE.value and r["is_latest"]) or k == RecordKind.CURRENT.value]
         sessions = [(r, json.loads(r["info"])) for r, k in zip(records, kinds) if k == RecordKind.SESSION.value]
         for r in changes:
-            self._changes.append({**r, "hour": r["kafka_ts"].strftime("%Y-%m-%d-%H")})
+            self._changes.append({**r, "hour": hour_of(r["kafka_ts"])})
         for r in current:
             self._merge_row(r)
         for r, info in sessions:

@@ -18,13 +18,12 @@ from reconstructor.audit.source_check import (
     RECORDED,
     SourceRecord,
     SourceSummary,
-    hour_of,
     judge,
     row_schema_of,
     source_record,
 )
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import ROW_CHANGES, VIOLATIONS
+from reconstructor.contract.tables import ROW_CHANGES, VIOLATIONS, hour_of
 from reconstructor.core.record_parse import KafkaRecord
 
 SCHEMA = RowSchema.load()

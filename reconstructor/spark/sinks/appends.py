@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import (
+    HOUR_PATTERN,
     ROW_CHANGES,
     ROW_CHANGES_FIELDS,
     VIOLATION_INFO_DDL,
@@ -34,7 +35,7 @@ _VIOLATION_KEY = ("target.topic = source.topic AND target.partition = source.par
 def append_changes(txn: BatchTransactions, changes: DataFrame, schema: RowSchema, dedupe: bool) -> None:
     """The batch's change records into ``row_changes``, each under its hour."""
     cols = column_names(ROW_CHANGES_FIELDS, schema)
-    out = changes.withColumn("hour", F.date_format("kafka_ts", "yyyy-MM-dd-HH")).select(*cols)
+    out = changes.withColumn("hour", F.date_format("kafka_ts", HOUR_PATTERN)).select(*cols)
     _insert(txn, out, ROW_CHANGES, _CHANGE_KEY, dedupe)
 
 
