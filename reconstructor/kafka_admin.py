@@ -1,4 +1,6 @@
-"""A quiet confluent-kafka admin client, for "does the broker answer?" checks.
+"""confluent-kafka clients for what the command line asks Kafka without Spark: a quiet admin client
+for "does the broker answer?" checks, and a consumer that reads only committed records for the
+offset lookups (watermarks) and the reads of ``check`` and ``verify --against-kafka``.
 
 librdkafka logs every refused connection to stderr; while we poll a broker that is starting, or
 check one before a run, those lines are noise, so the client gets a logger that drops them.
@@ -14,7 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from reconstructor.errors import SecurityRefused, UsageError
+from reconstructor.errors import ReconstructorError, SecurityRefused, UsageError, error_line
 
 
 class _Silent:
@@ -159,3 +161,22 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float 
             if error is None or error.code() not in _ELECTING or time.monotonic() > deadline:
                 raise
         time.sleep(0.2)
+
+
+def watermark_bounds(bootstrap: str, kafka_options: Mapping[str, str], partitions: dict[str, list[int]],
+                     group: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's earliest offset and its end (high watermark), as Kafka holds them now; a
+    partition whose lookup fails is an error naming it."""
+    consumer = reading_consumer(bootstrap, kafka_options, group)
+    try:
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, parts in partitions.items():
+            for p in parts:
+                try:
+                    out[(topic, p)] = watermarks(consumer, topic, p)
+                except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException, named per partition
+                    raise ReconstructorError(f"cannot find the offsets of {topic} partition {p}: "
+                                             f"{error_line(exc)}") from None
+        return out
+    finally:
+        consumer.close()

@@ -349,6 +349,7 @@ def _verify_against_kafka(cfg: Settings, tables, topics: str | None) -> list[str
     from reconstructor.audit.source_check import SourceCheck, committed_ends
     from reconstructor.cli import record_sources
     from reconstructor.errors import DiscrepancyError
+    from reconstructor.kafka_admin import watermark_bounds
 
     bootstrap = cfg.need("bootstrap_servers")
     ends = committed_ends(tables, topics)
@@ -359,7 +360,7 @@ def _verify_against_kafka(cfg: Settings, tables, topics: str | None) -> list[str
     held = sorted({t for t, _ in ends})
     with _broker_failure_is_usage():
         found = replay_plan.partitions(cfg.model_copy(update={"topic_pattern": "|".join(map(re.escape, held))}))
-        bounds = record_sources.watermark_bounds(bootstrap, cfg.kafka, found)
+        bounds = watermark_bounds(bootstrap, cfg.kafka, found, "reconstructor-check")
     if not found:
         raise UsageError(f"none of the output's topics ({', '.join(held)}) is in Kafka at {bootstrap}")
     check = SourceCheck(tables, ends, bounds)
@@ -397,6 +398,7 @@ def check(args) -> int:
     from reconstructor.cli.check import run_check
     from reconstructor.contract.row_schema import RowSchema
     from reconstructor.core.policy import OnViolation
+    from reconstructor.kafka_admin import watermark_bounds
 
     cfg = from_args(args)
     schema = RowSchema.load(cfg.row_schema)
@@ -411,7 +413,7 @@ def check(args) -> int:
         found = replay_plan.partitions(cfg)
     if not found:
         raise UsageError(f"no topic matches --topic-pattern {cfg.topic_pattern!r}")
-    bounds = record_sources.watermark_bounds(cfg.need("bootstrap_servers"), cfg.kafka, found)
+    bounds = watermark_bounds(cfg.need("bootstrap_servers"), cfg.kafka, found, "reconstructor-check")
     given = (json.loads(replay_plan.offsets_for_timestamp(cfg, args.from_timestamp)) if args.from_timestamp
              else _from_offsets(args.from_offsets, cfg.need("topic_pattern")) if args.from_offsets else None)
     starts = record_sources.start_offsets(bounds, given)

@@ -110,26 +110,6 @@ def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tu
     return RecordSource(batches(), sum(end - starts[tp] for tp, end in wanted.items()), dict(starts))
 
 
-def watermark_bounds(bootstrap: str, kafka_options: dict[str, str],
-                     partitions: dict[str, list[int]]) -> dict[tuple[str, int], tuple[int, int]]:
-    """Each partition's earliest offset and its end (high watermark), as Kafka holds them now."""
-    from reconstructor.kafka_admin import reading_consumer, watermarks
-
-    consumer = reading_consumer(bootstrap, kafka_options, "reconstructor-check")
-    try:
-        out: dict[tuple[str, int], tuple[int, int]] = {}
-        for topic, parts in partitions.items():
-            for p in parts:
-                try:
-                    out[(topic, p)] = watermarks(consumer, topic, p)
-                except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException, named per partition
-                    raise ReconstructorError(f"cannot find the offsets of {topic} partition {p}: "
-                                             f"{error_line(exc)}") from None
-        return out
-    finally:
-        consumer.close()
-
-
 def start_offsets(bounds: dict[tuple[str, int], tuple[int, int]],
                   given: dict[str, dict[str, int]] | None) -> dict[tuple[str, int], int]:
     """Where each partition's reading starts: its earliest offset, or the one ``given`` names

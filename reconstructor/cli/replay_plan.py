@@ -21,7 +21,7 @@ from reconstructor.contract.tables import SESSIONS, table_path
 from reconstructor.core.state import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
-from reconstructor.kafka_admin import broker_metadata, librdkafka_settings, reading_consumer, watermarks
+from reconstructor.kafka_admin import broker_metadata, librdkafka_settings, reading_consumer, watermark_bounds
 from reconstructor.settings import Settings
 
 if TYPE_CHECKING:
@@ -98,20 +98,11 @@ def plan_from_last_snapshot(spark, cfg: Settings) -> tuple[str, SessionSeeds]:
 
 def earliest_offsets(cfg: Settings, found: dict[str, list[int]]) -> dict[str, dict[str, int]]:
     """Each partition's earliest offset in Kafka."""
-    consumer = reading_consumer(cfg.need("bootstrap_servers"), cfg.kafka, "reconstructor-replay")
-    try:
-        out: dict[str, dict[str, int]] = {}
-        for topic, parts in found.items():
-            for p in parts:
-                try:
-                    low, _ = watermarks(consumer, topic, p)
-                except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException, named per partition
-                    raise ReconstructorError(f"cannot find the earliest offset of {topic} partition {p}: "
-                                             f"{error_line(exc)}") from None
-                out.setdefault(topic, {})[str(p)] = int(low)
-        return out
-    finally:
-        consumer.close()
+    bounds = watermark_bounds(cfg.need("bootstrap_servers"), cfg.kafka, found, "reconstructor-replay")
+    out: dict[str, dict[str, int]] = {}
+    for (topic, p), (low, _) in bounds.items():
+        out.setdefault(topic, {})[str(p)] = low
+    return out
 
 
 def partitions(cfg: Settings) -> dict[str, list[int]]:
