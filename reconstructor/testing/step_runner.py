@@ -58,7 +58,7 @@ class StepRunner:
     def run(self, records: Iterable[KafkaRecord]) -> BatchOutput:
         """One micro-batch at the clock's time; the state store is not changed until ``commit``."""
         now_ms = self.clock()
-        groups = grouped_input(records, self.schema, keep_value=self.spec.policy.quarantine).frames
+        groups = grouped_input(records, self.schema, keep_value=self.spec.policy.quarantine)
         store = dict(self._store)
         out: list[dict[str, Any]] = []
         for key in sorted(groups, key=_order):
@@ -107,30 +107,20 @@ def _order(key: GroupKey) -> tuple[str, bool, str]:
     return key[0], key[1] is None, key[1] or ""
 
 
-@dataclass(frozen=True)
-class GroupedInput:
-    """A batch's parsed records by ``(topic, session)``: each group's frame as Spark's worker hands
-    the state function (``reconstructor.spark.stateful.reconstruct_inputs``), and its records."""
-
-    frames: dict[GroupKey, pd.DataFrame]
-    records: dict[GroupKey, int]
-
-
-def grouped_input(records: Iterable[KafkaRecord], schema: RowSchema, *, keep_value: bool) -> GroupedInput:
-    """``records`` through the parse, grouped as ``run`` groups them (``keep_value``: with the raw
-    values, for the violations of quarantine mode)."""
+def grouped_input(records: Iterable[KafkaRecord], schema: RowSchema, *,
+                  keep_value: bool) -> dict[GroupKey, pd.DataFrame]:
+    """``records`` through the parse, by ``(topic, session)`` as ``run`` groups them: each group's
+    frame as Spark's worker hands the state function
+    (``reconstructor.spark.stateful.reconstruct_inputs``); ``keep_value``: with the raw values,
+    for the violations of quarantine mode."""
     rows = [row for rec in records for row in parse_record(rec, schema, keep_value=keep_value)]
     if not rows:
-        return GroupedInput({}, {})
+        return {}
     frame = input_frame(rows, schema, keep_value)
     by_key: dict[GroupKey, list[int]] = {}
-    counts: dict[GroupKey, int] = {}
     for i, row in enumerate(rows):
-        key = (row["topic"], row["group_session"])
-        by_key.setdefault(key, []).append(i)
-        if not row["row_pos"]:  # a record's first row (a record without rows has one, row_pos null)
-            counts[key] = counts.get(key, 0) + 1
-    return GroupedInput({key: frame.iloc[at].reset_index(drop=True) for key, at in by_key.items()}, counts)
+        by_key.setdefault((row["topic"], row["group_session"]), []).append(i)
+    return {key: frame.iloc[at].reset_index(drop=True) for key, at in by_key.items()}
 
 
 def input_frame(rows: list[dict[str, Any]], schema: RowSchema, quarantine: bool) -> pd.DataFrame:
