@@ -47,8 +47,7 @@ def arrow_schema(fields: Any, schema: RowSchema) -> pa.Schema:
     out: list[pa.Field] = []
     for field in fields:
         if field is ROW_VALUES:
-            out += [pa.field(c.name, _ARROW["TIMESTAMP"] if c.type == "timestamp" else c.arrow_type)
-                    for c in schema.columns]
+            out += [pa.field(c.name, c.arrow_type) for c in schema.columns]
             continue
         name, ddl = field
         out.append(pa.field(name, _ARROW[ddl.split()[0]], nullable="NOT NULL" not in ddl))
