@@ -38,6 +38,15 @@ class CheckpointState:
     query_id: str | None  # from the checkpoint's ``metadata`` file; None before its first start
     last_committed: int | None  # the last batch id in ``commits/``; None when none was committed
     output: str | None = None  # ``OUTPUT_FILE``; None when new, or written by an earlier release
+    last_planned: int | None = None  # the last batch id in ``offsets/``; None when none was planned
+
+    @property
+    def pending(self) -> int | None:
+        """The batch planned and not committed (a run stopped inside it), which the query runs
+        again first; None when every planned batch was committed."""
+        if self.last_planned is None or (self.last_committed is not None and self.last_planned <= self.last_committed):
+            return None
+        return self.last_planned
 
 
 def same_output(a: str, b: str) -> bool:
@@ -192,7 +201,7 @@ def fleet_in_metadata(text: str | None) -> FleetRecord | None:
         return None
 
 
-def _batch_record(text: str | None) -> dict[str, Any] | None:
+def batch_record(text: str | None) -> dict[str, Any] | None:
     """The batch's record (``batch_metadata``) in a commit's ``userMetadata``, else None."""
     try:
         record = json.loads(text)[BATCH_METADATA_KEY] if text else None
@@ -204,14 +213,14 @@ def _batch_record(text: str | None) -> dict[str, Any] | None:
 def lease_in_metadata(text: str | None) -> str | None:
     """The token of the writer lease a batch's commit was written under, else None (a commit of no
     batch, of an output with no lease, or of a release before the token was recorded)."""
-    lease = (_batch_record(text) or {}).get("lease")
+    lease = (batch_record(text) or {}).get("lease")
     return lease if isinstance(lease, str) else None
 
 
 def offsets_in_metadata(text: str | None, query_id: str | None) -> dict[tuple[str, int], int] | None:
     """The offsets a commit's ``userMetadata`` records for ``query_id``'s batch (any writer's, for
     None), else None (another writer's commit, a compaction, or a commit of an earlier version)."""
-    record = _batch_record(text)
+    record = batch_record(text)
     if record is None or (query_id is not None and record.get("query") != query_id):
         return None
     return {(topic, int(p)): int(o) for topic, parts in record.get("offsets", {}).items() for p, o in parts.items()}

@@ -9,8 +9,8 @@ from reconstructor.spark.jvm_gateway import jvm_of
 
 
 def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
-    """The query id Spark keeps in ``metadata`` and the last batch in ``commits/``, without
-    starting a query (a new or absent checkpoint has neither)."""
+    """The query id Spark keeps in ``metadata`` and the last batch in ``commits/`` and in
+    ``offsets/``, without starting a query (a new or absent checkpoint has none)."""
     jvm = jvm_of(spark)
     Path = jvm.org.apache.hadoop.fs.Path
     root = Path(location)
@@ -25,7 +25,7 @@ def checkpoint_state(spark: SparkSession, location: str) -> CheckpointState:
             stream.close()
     output = read_checkpoint_file(spark, location, OUTPUT_FILE) if fs.exists(root) else None
     return CheckpointState(location, query_id, last_batch_in(spark, location, "commits"),
-                           output.strip() if output else None)
+                           output.strip() if output else None, last_batch_in(spark, location, "offsets"))
 
 
 def last_batch_in(spark: SparkSession, location: str, log: str) -> int | None:

@@ -2,8 +2,9 @@
 
 Several tables are written at once (the sinks' MERGEs, the table creation, the writer records):
 much of a Delta write is driver-side planning and commit that another write can fill.  Delta takes
-the idempotent-DML settings (``txnAppId``, ``txnVersion``) from the SparkSession's conf, so each
-concurrent writer has a SparkSession of its own on the same context (``spark_like``).
+a MERGE's commit settings (its ``userMetadata``, and the idempotent-DML ids ``txnAppId`` and
+``txnVersion`` where they are used) from the SparkSession's conf, so each concurrent writer has a
+SparkSession of its own on the same context (``spark_like``).
 """
 
 from __future__ import annotations
@@ -38,17 +39,19 @@ def side_by_side(spark: SparkSession, *writes) -> list:
 
 
 class IdempotentDml:
-    """Delta's idempotent-DML settings for one MERGE (or DELETE) on ``spark``, reset afterwards:
-    a re-run of the same (``app_id``, ``version``) is skipped by Delta.  ``user_metadata`` goes
-    into the commit's ``commitInfo`` (``reconstructor.contract.writer.batch_metadata``)."""
+    """The commit settings of one MERGE (or DELETE) on ``spark``, reset afterwards: its
+    ``user_metadata`` (``reconstructor.contract.writer.batch_metadata``) in the commit's
+    ``commitInfo``, and with an ``app_id`` Delta's idempotent-DML ids, under which Delta skips a
+    re-run of the same (``app_id``, ``version``)."""
 
-    def __init__(self, spark: SparkSession, app_id: str, version: int, user_metadata: str | None = None):
+    def __init__(self, spark: SparkSession, app_id: str | None, version: int, user_metadata: str | None = None):
         self.spark, self.app_id, self.version = spark, app_id, version
         self.user_metadata = user_metadata
 
     def __enter__(self):
-        self.spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
-        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(self.version))
+        if self.app_id is not None:
+            self.spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
+            self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(self.version))
         if self.user_metadata is not None:
             self.spark.conf.set(USER_METADATA, self.user_metadata)
         return self

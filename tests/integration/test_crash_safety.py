@@ -13,6 +13,7 @@ import pytest
 
 from reconstructor.contract.row_schema import RowSchema
 from tests.support.pipeline import (
+    assert_exact,
     change_count,
     current_tables,
     expected_all,
@@ -53,6 +54,11 @@ def _planned(chk: str) -> int:
     folder = os.path.join(chk, "offsets")
     return max((int(name) for name in os.listdir(folder) if name.isdigit()), default=-1) \
         if os.path.isdir(folder) else -1
+
+
+def _logged(chk: str, log: str) -> list[int]:
+    """The batch ids in one of the checkpoint's logs."""
+    return sorted(int(name) for name in os.listdir(os.path.join(chk, log)) if name.isdigit())
 
 
 def _due(log_path, target: int, chk: str, planned_before: int) -> bool:
@@ -103,3 +109,50 @@ def test_kill_9_at_random_points_loses_and_repeats_nothing(stack, spark, run_id,
         changes.count()
     sessions = {(r.topic, r.session): r for r in read_table(spark, out, "sessions").collect()}
     assert {r.last_seq for r in sessions.values()} == {max(p.message["seq"] for p in messages)}
+
+
+@pytest.mark.parametrize("earlier_release", [False, True], ids=["this-release", "earlier-release"])
+def test_a_batch_stopped_after_its_appends_runs_again_writing_only_what_it_had_not(
+        stack, spark, run_id, tmp_path, monkeypatch, earlier_release):
+    """Batch 2 stops after its appends committed and before its MERGEs: the next run skips the
+    appends its commits name, and writes the MERGEs.  With ``earlier_release``, the stopped
+    attempt wrote as the release before (Delta's transaction ids, no write named), so the next run
+    leaves the table where it finds such a commit to those ids."""
+    from delta.tables import DeltaTable
+
+    from reconstructor.contract.batch_writes import WriteMode
+    from reconstructor.contract.writer import batch_record
+    from reconstructor.spark.sinks import delta_sinks, idempotency
+
+    spec = FleetSpec(topic_prefix=f"rerun{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=8,
+                     updates=60, rows_per_update=2, seed=29)
+    messages = list(plan_fleet(spec))
+    produce(spec, messages, 2)
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    pattern = f"rerun{run_id}-sensor-[0-9]+"
+
+    merge = delta_sinks.merge_live_tables
+
+    def stops_in_batch_2(spark_, txn, *args, **kwargs):
+        if txn.batch_id == 2:
+            raise RuntimeError("stopped between the appends and the MERGEs")
+        return merge(spark_, txn, *args, **kwargs)
+
+    monkeypatch.setattr(delta_sinks, "merge_live_tables", stops_in_batch_2)
+    if earlier_release:
+        monkeypatch.setattr(idempotency.WrittenBatches, "mode", lambda *_: WriteMode.DELTA)
+        monkeypatch.setattr(idempotency, "with_write", lambda metadata, _write: metadata)
+    with pytest.raises(Exception, match="the streaming query failed"):
+        run(spark, pattern, out, chk, max_offsets_per_trigger=60)
+    monkeypatch.undo()
+    assert _logged(chk, "commits") == [0, 1] and _logged(chk, "offsets") == [0, 1, 2]
+    stopped = [batch_record(r.userMetadata) for r in
+               DeltaTable.forPath(spark, f"{out}/row_changes").history().collect()]
+    assert [r["batch"] for r in stopped if r] == [2, 1, 0]  # the stopped batch's append committed
+    assert all(("write" in r) != earlier_release for r in stopped if r)
+
+    run(spark, pattern, out, chk, max_offsets_per_trigger=60)
+    assert_exact(spark, out, messages, NAMES)
+    rerun = [batch_record(r.userMetadata) for r in
+             DeltaTable.forPath(spark, f"{out}/row_changes").history().collect()]
+    assert [r["batch"] for r in rerun if r].count(2) == 1

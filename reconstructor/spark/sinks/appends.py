@@ -67,10 +67,9 @@ def append_violations(txn: BatchTransactions, rows: DataFrame, dedupe: bool) -> 
 def _insert(txn: BatchTransactions, out: DataFrame, table: str, key: str, dedupe: bool) -> None:
     """An idempotent append, or with ``dedupe`` an insert of the rows whose ``key`` is absent."""
     if dedupe:
-        with txn.dml(table):
-            (txn.target(table).alias("target")
-             .merge(out.alias("source"), key)
-             .whenNotMatchedInsertAll()
-             .execute())
+        txn.dml(table, lambda: (txn.target(table).alias("target")
+                                .merge(out.alias("source"), key)
+                                .whenNotMatchedInsertAll()
+                                .execute()))
         return
     txn.append(out, table)

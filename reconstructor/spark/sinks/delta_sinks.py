@@ -13,6 +13,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.contract.tables import TABLES
 from reconstructor.contract.writer import batch_metadata
 from reconstructor.core.chain import HMAC_SHA256, ChainKey
 from reconstructor.core.violations import ViolationRecord
@@ -23,7 +24,7 @@ from reconstructor.spark.sinks.ahead import SessionsAhead, written_ahead
 from reconstructor.spark.sinks.appends import append_changes, append_violations, new_violations, violation_rows
 from reconstructor.spark.sinks.claim import WriterClaim
 from reconstructor.spark.sinks.fleet_seal import FleetLedger, violations_sum
-from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters
+from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters, WrittenBatches
 from reconstructor.spark.sinks.merges import empty_live_tables, merge_live_tables
 from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.sinks.resync import ResyncRequests
@@ -78,6 +79,8 @@ class DeltaSinks:
         #: The live tables known to hold no row (absent or empty when the writer was checked), until
         #: a batch writes them: their first write appends what a MERGE would insert (``merges``).
         self._empty: set[str] = set()
+        #: Which writes of the batch the checkpoint left unrecorded are in the tables (``check_writer``).
+        self._written: WrittenBatches | None = None
         self._idle = threading.Event()  # set while no batch is writing (``writing``)
         self._idle.set()
         self._fleet = (FleetLedger(self.spark, self.output, self.chain_key)
@@ -102,6 +105,8 @@ class DeltaSinks:
         states = self._claim.check(checkpoint)
         self._ahead.where = written_ahead(self.spark, self.output, checkpoint, states, self.replay)
         self._empty = set(empty_live_tables(states))
+        self._written = WrittenBatches(self.spark, self.output, self._query, checkpoint.pending,
+                                       frozenset(TABLES) - {t.name for t in states})
 
     def set_query_id(self, query_id: str) -> None:
         """The streaming query's id (``StreamingQuery.id``), right after ``writer.start()``."""
@@ -162,10 +167,13 @@ class DeltaSinks:
             end = getattr(self.loss_check, "batch_end", None)
             violations = (violation_rows(records.recorded(self.spark, batch, losses))
                           if stats.recorded or losses else None)
+            if self._written is None:
+                raise RuntimeError("check_writer() comes before the first batch")
             txn = BatchTransactions(self._writers, self.output, self.app_id, batch_id,
                                     batch_metadata(self.query_id, batch_id, end or {},
                                                    self._fleet_seal(batch_id, stats, violations),
-                                                   lease=self.lease_token))
+                                                   lease=self.lease_token),
+                                    self._written, self._stops.check_lease)
             appended, tables = self._write(batch, txn, stats, violations, end)
             merged = time.perf_counter()
             # After the tables: a request names the session's last applied seq as the batch left it.

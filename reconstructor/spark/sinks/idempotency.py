@@ -1,20 +1,37 @@
-"""The Delta transaction ids that make each batch's writes exactly-once.
+"""What makes each of a batch's writes exactly-once (``contract.batch_writes``).
 
-Every write of a batch carries ``txnAppId`` = the writer's id (``QueryId.app_id``) and the table
-(and a step, for a second transaction on the same table), and ``txnVersion`` = the batch id: a
-batch re-run after a crash is skipped by Delta wherever it had already committed.  An append takes
-them as write options; a MERGE or DELETE from the SparkSession's conf, so each table is written
-through a SparkSession of its own (two tables are written at once).
+Every commit of a batch records, in its ``userMetadata``, the writer's query, the batch id and
+which write it is.  The batch that the checkpoint planned and did not record (a run stopped inside
+it) looks up which of its writes its tables already hold (``WrittenBatches``) and skips those; any
+other batch writes without a look.  A batch whose earlier attempt an earlier release made, which
+named no write, takes Delta's transaction ids for that table as that release did (``txnAppId`` =
+the writer's id and the write, ``txnVersion`` = the batch id).  An append takes them as write
+options, a MERGE or DELETE from the SparkSession's conf, so each table is written through a
+SparkSession of its own (two tables are written at once).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from reconstructor.contract.batch_writes import (
+    NOTHING_FOUND,
+    FoundWrites,
+    WriteMode,
+    found_writes,
+    with_write,
+    write_name,
+)
 from reconstructor.contract.tables import table_path
+from reconstructor.contract.writer import newest_first
+from reconstructor.errors import ReconstructorError
+from reconstructor.spark.sinks.history import HISTORY_SEARCHED, commit_history
+from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.transactions import IdempotentDml, spark_like
 
 
@@ -32,16 +49,62 @@ class TableWriters:
         return self._sessions[table]
 
 
+@dataclass
+class WrittenBatches:
+    """Which writes of a batch an earlier attempt committed, for one start of the query.
+
+    ``pending`` is the batch the checkpoint planned and did not record when the query started
+    (None: it recorded every batch it planned); ``created`` the tables absent then, which hold no
+    earlier attempt of anything.  Only the pending batch looks, once per table, at the table's
+    newest commits."""
+
+    spark: SparkSession
+    output: str
+    query: QueryId
+    pending: int | None = None
+    created: frozenset[str] = frozenset()
+    _found: dict[tuple[str, int], FoundWrites] = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def mode(self, table: str, write: str, batch_id: int) -> WriteMode:
+        """How ``batch_id``'s ``write`` on ``table`` goes."""
+        if self.pending is None or batch_id > self.pending or table in self.created:
+            return WriteMode.WRITE
+        return self._found_in(table, batch_id).mode(write)
+
+    def _found_in(self, table: str, batch_id: int) -> FoundWrites:
+        with self._lock:
+            if (table, batch_id) not in self._found:
+                self._found[(table, batch_id)] = self._look(table, batch_id)
+            return self._found[(table, batch_id)]
+
+    def _look(self, table: str, batch_id: int) -> FoundWrites:
+        path = table_path(self.output, table)
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            return NOTHING_FOUND
+        commits = newest_first(commit_history(DeltaTable.forPath(self.spark, path)), HISTORY_SEARCHED)
+        found = found_writes(((r.version, r.userMetadata) for r in commits), self.query.get(), batch_id)
+        if found is None:
+            raise ReconstructorError(
+                f"cannot tell which writes of batch {batch_id} reached {path}: the batch did not end, and the "
+                "table's log no longer holds this writer's commits (older than delta.logRetentionDuration); "
+                "replay into a new output instead")
+        return found
+
+
 @dataclass(frozen=True)
 class BatchTransactions:
-    """One batch's writes under ``output``: each with its transaction id, and ``metadata`` (the
-    batch's ``batch_metadata``) in its commit."""
+    """One batch's writes under ``output``: each skipped when an earlier attempt of the batch
+    committed it (``written``), and ``metadata`` (the batch's ``batch_metadata``) with the write's
+    name in its commit.  ``before_write`` runs before each one (the writer lease's check)."""
 
     writers: TableWriters
     output: str
     app_id: str
     batch_id: int
     metadata: str
+    written: WrittenBatches | None = None
+    before_write: Callable[[], None] | None = None
 
     def path(self, table: str) -> str:
         return table_path(self.output, table)
@@ -50,15 +113,28 @@ class BatchTransactions:
         """``table`` to MERGE into, through its own SparkSession."""
         return DeltaTable.forPath(self.writers(table), self.path(table))
 
-    def dml(self, table: str, step: str = "") -> IdempotentDml:
-        """Idempotency for one Delta transaction on ``table``; ``step`` tells apart a second one
-        on the same table in the same batch."""
-        return IdempotentDml(self.writers(table), f"{self.app_id}-{table}{step}", self.batch_id, self.metadata)
+    def _mode(self, table: str, write: str) -> WriteMode:
+        if self.before_write is not None:
+            self.before_write()
+        return WriteMode.WRITE if self.written is None else self.written.mode(table, write, self.batch_id)
+
+    def dml(self, table: str, run: Callable[[], object], step: str = "") -> None:
+        """``run`` (one MERGE or DELETE on ``table``), once; ``step`` tells apart a second one on the
+        same table in the same batch."""
+        write = write_name(table, step)
+        mode = self._mode(table, write)
+        if mode is WriteMode.SKIP:
+            return
+        app_id = f"{self.app_id}-{write}" if mode is WriteMode.DELTA else None
+        with IdempotentDml(self.writers(table), app_id, self.batch_id, with_write(self.metadata, write)):
+            run()
 
     def append(self, out: DataFrame, table: str) -> None:
-        """Append ``out`` to ``table``, idempotently."""
-        (out.write.format("delta").mode("append")
-            .option("txnAppId", f"{self.app_id}-{table}")
-            .option("txnVersion", self.batch_id)
-            .option("userMetadata", self.metadata)
-            .save(self.path(table)))
+        """Append ``out`` to ``table``, once."""
+        mode = self._mode(table, table)
+        if mode is WriteMode.SKIP:
+            return
+        writer = out.write.format("delta").mode("append").option("userMetadata", with_write(self.metadata, table))
+        if mode is WriteMode.DELTA:
+            writer = writer.option("txnAppId", f"{self.app_id}-{table}").option("txnVersion", self.batch_id)
+        writer.save(self.path(table))

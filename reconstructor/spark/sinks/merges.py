@@ -1,13 +1,13 @@
 """The live tables, ``current_rows`` and ``sessions``: each batch MERGEd into them, exactly once.
 
 A MERGE is guarded by ``offset`` (``current_rows``) or by the session's point in its history
-(``sessions``, ``ahead.AHEAD``), so a re-run batch writes what it wrote before, and each carries
-its batch's transaction id (``idempotency``).  The two MERGEs run side by side: each is its own
+(``sessions``, ``ahead.AHEAD``), so a re-run batch writes what it wrote before, and a re-run
+skips those its earlier attempt committed (``idempotency``).  The two MERGEs run side by side: each is its own
 Delta transaction on its own table, and much of a MERGE is driver-side planning and commit that
 the other can fill.
 
 Into a table that holds no row yet (an output's first batch) a MERGE matches nothing: what it
-writes is its inserts, so the batch appends them instead, under the same transaction id, and
+writes is its inserts, so the batch appends them instead, as the same write of the batch, and
 spares the first batch the planning of three MERGEs in a cold driver.
 """
 
@@ -64,19 +64,16 @@ def _write_current_rows(txn: BatchTransactions, schema: RowSchema, current: Data
     if empty:
         txn.append(_first_current_rows(schema, current, sessions if closed else None), CURRENT_ROWS)
         return
-    with txn.dml(CURRENT_ROWS):
-        _merge_current_rows(txn, schema, current)
+    txn.dml(CURRENT_ROWS, lambda: _merge_current_rows(txn, schema, current))
     if closed:  # after the MERGE, so a closing session's last changes land before it leaves
-        with txn.dml(CURRENT_ROWS, step="-closed"):
-            _delete_closed_sessions(txn, sessions)
+        txn.dml(CURRENT_ROWS, lambda: _delete_closed_sessions(txn, sessions), step="-closed")
 
 
 def _write_sessions(txn: BatchTransactions, sessions: DataFrame, empty: bool) -> None:
     if empty:  # the MERGE's inserts: every row of the source
         txn.append(_sessions_source(sessions).select(*column_names(SESSIONS_FIELDS)), SESSIONS)
         return
-    with txn.dml(SESSIONS):
-        _merge_sessions(txn, sessions)
+    txn.dml(SESSIONS, lambda: _merge_sessions(txn, sessions))
 
 
 def _current_rows_source(schema: RowSchema, current: DataFrame) -> DataFrame:

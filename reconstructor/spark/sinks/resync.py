@@ -83,11 +83,11 @@ class ResyncRequests:
         """Each asked session's ``resync_requested_at``, exactly once per batch."""
         asked = self.spark.createDataFrame([(r.topic, r.session, r.requested_at) for r in due],
                                            f"topic STRING, session STRING, {RESYNC_REQUESTED_AT} TIMESTAMP")
-        with txn.dml(SESSIONS, step="-resync"):
-            (txn.target(SESSIONS).alias("target")
-             .merge(asked.alias("source"), "target.topic = source.topic AND target.session = source.session")
-             .whenMatchedUpdate(set={RESYNC_REQUESTED_AT: f"source.{RESYNC_REQUESTED_AT}"})
-             .execute())
+        txn.dml(SESSIONS, lambda: (
+            txn.target(SESSIONS).alias("target")
+            .merge(asked.alias("source"), "target.topic = source.topic AND target.session = source.session")
+            .whenMatchedUpdate(set={RESYNC_REQUESTED_AT: f"source.{RESYNC_REQUESTED_AT}"})
+            .execute()), step="-resync")
 
 
 def _time(micros: int | None) -> dt.datetime | None:
