@@ -6,8 +6,9 @@ create, ``If-Match: <etag>`` to replace), ``FileLeaseStore`` with a lock file on
 ``WriterLease`` takes the lease for a command, renews it from a thread while the command runs,
 and tells the sink, before each micro-batch writes, whether it still holds it.
 
-No lease can stop a driver that was paused (a long GC, a frozen VM) past its expiry from making
-one more commit once it wakes, before its next check: the README says what else guards that.
+No lease alone can stop a driver that was paused (a long GC, a frozen VM) past its expiry from
+making one more commit once it wakes, before its next check: on ``s3a://`` the log store refuses a
+commit whose lease is no longer the output's, and the README says what guards it elsewhere.
 
 The lease's rules (who holds it, until when, what a takeover needs) are ``core.lease``'s; this
 module stores it.

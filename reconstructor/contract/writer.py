@@ -1,6 +1,6 @@
 """Who may write an output: a writer is its checkpoint (the streaming query id it keeps).
 
-Delta's idempotent writes skip a batch whose id the same writer already committed, so two
+A re-run batch skips the writes its writer already committed (``batch_writes``), so two
 checkpoints writing as one writer would skip each other's batches, and a new checkpoint over
 tables another one filled would append everything again.  ``refusal`` decides, before anything is
 read from Kafka, whether a command may write the tables as this checkpoint.

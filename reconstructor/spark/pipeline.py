@@ -42,6 +42,7 @@ from reconstructor.spark.sinks import DeltaSinks
 from reconstructor.spark.sinks.resync import ResyncRequests
 from reconstructor.spark.sinks.stops import RunAgain
 from reconstructor.spark.source import kafka_stream
+from reconstructor.spark.transactions import side_by_side
 
 
 def _seal_existing_rows(spark: SparkSession, cfg: Settings) -> None:
@@ -255,8 +256,8 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     else:
         step_start = replace(step_start, session_seeds=kept_seeds(spark, cfg.need("checkpoint")) or NO_SEEDS)
     out = _reconstructed(spark, cfg, schema, registry, replay, step_start)
-    record_engine(spark, checkpoint, cfg.engine)  # once its jar was found: a checkpoint records a usable engine
-    record_output(spark, checkpoint, cfg.need("output"))
+    side_by_side(spark, lambda: record_engine(spark, checkpoint, cfg.engine),  # once its jar was found:
+                 lambda: record_output(spark, checkpoint, cfg.need("output")))  # a usable engine
     writer = _writer(out, sinks, cfg, query_name)
     background = _compactor(spark, cfg, vacuum_in_stream, lease_check)
     query = _start(spark, writer, cfg)

@@ -157,3 +157,31 @@ def test_a_commit_whose_answer_was_lost_is_not_made_twice(spark, stack, run_id, 
         versions = [r["version"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
         assert sorted(versions) == [0, 1], versions
         assert sorted(r.id for r in spark.read.format("delta").load(table).collect()) == [0, 10, 11, 12, 13, 14]
+
+
+def test_a_commit_under_a_lease_the_output_no_longer_holds_is_refused_and_one_under_its_lease_stands(
+        spark, stack, run_id):
+    """A driver paused past its lease wakes after a successor took it: its commit, whose
+    ``userMetadata`` names the lease it was made under, is refused by the log store, which reads
+    the output's lease just before the PUT.  A commit under the current lease, and one naming no
+    lease (a table's creation), are stored."""
+    from reconstructor.contract.writer import batch_metadata
+
+    output = f"s3a://{stack.S3_BUCKET}/fence{run_id}"
+    table = f"{output}/row_changes"
+    store = lease_store(output, _s3(stack))
+    assert store is not None
+    successor = Lease("run", f"{output}/chk", "host-b", 2, "token-successor", 2e9)
+    assert store.write(successor, None) is not None
+    spark.range(1).write.format("delta").save(table)
+
+    def append(ids: range, lease: str) -> None:
+        (spark.range(ids.start, ids.stop).write.format("delta").mode("append")
+         .option("userMetadata", batch_metadata("q-1", 7, {}, lease=lease)).save(table))
+
+    with pytest.raises(Exception, match="refused to commit .* under the writer lease token-paused"):
+        append(range(10, 15), "token-paused")
+    append(range(20, 22), "token-successor")
+    versions = [r.version for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
+    assert sorted(versions) == [0, 1], versions
+    assert sorted(r.id for r in spark.read.format("delta").load(table).collect()) == [0, 20, 21]

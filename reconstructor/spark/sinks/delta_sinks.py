@@ -6,11 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.util import inheritable_thread_target
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import TABLES
@@ -24,7 +26,7 @@ from reconstructor.spark.sinks.ahead import SessionsAhead, written_ahead
 from reconstructor.spark.sinks.appends import append_changes, append_violations, new_violations, violation_rows
 from reconstructor.spark.sinks.claim import WriterClaim
 from reconstructor.spark.sinks.fleet_seal import FleetLedger, violations_sum
-from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters, WrittenBatches
+from reconstructor.spark.sinks.idempotency import BatchTransactions, TableWriters, WrittenBatches, fenced_commits
 from reconstructor.spark.sinks.merges import empty_live_tables, merge_live_tables
 from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.sinks.resync import ResyncRequests
@@ -81,6 +83,7 @@ class DeltaSinks:
         self._empty: set[str] = set()
         #: Which writes of the batch the checkpoint left unrecorded are in the tables (``check_writer``).
         self._written: WrittenBatches | None = None
+        self._claiming: Future | None = None  # the writer record, from ``set_query_id``
         self._idle = threading.Event()  # set while no batch is writing (``writing``)
         self._idle.set()
         self._fleet = (FleetLedger(self.spark, self.output, self.chain_key)
@@ -106,11 +109,21 @@ class DeltaSinks:
         self._ahead.where = written_ahead(self.spark, self.output, checkpoint, states, self.replay)
         self._empty = set(empty_live_tables(states))
         self._written = WrittenBatches(self.spark, self.output, self._query, checkpoint.pending,
-                                       frozenset(TABLES) - {t.name for t in states})
+                                       frozenset(TABLES) - {t.name for t in states},
+                                       fenced_commits(self.spark, self.output, self.lease_token))
 
     def set_query_id(self, query_id: str) -> None:
-        """The streaming query's id (``StreamingQuery.id``), right after ``writer.start()``."""
+        """The streaming query's id (``StreamingQuery.id``), right after ``writer.start()``; the
+        writer record (``claim.WriterClaim.record``) then starts in the background, once the tables
+        exist, beside the first batch's computation, which it would otherwise precede."""
         self._query.set(query_id)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="writer-record")
+        self._claiming = pool.submit(inheritable_thread_target(self.spark)(self._record_writer))
+        pool.shutdown(wait=False)
+
+    def _record_writer(self) -> None:
+        self.await_tables()
+        self._claim.record(self._query)
 
     @property
     def query_id(self) -> str:
@@ -163,7 +176,9 @@ class DeltaSinks:
             self._stops.check_violation(stats.violation)
             self.await_tables()
             self._stops.check_lease()
-            self._claim.record(self._query)
+            if self._claiming is not None:
+                self._claiming.result()
+            self._claim.record(self._query)  # recorded by then, unless the query id came another way
             end = getattr(self.loss_check, "batch_end", None)
             violations = (violation_rows(records.recorded(self.spark, batch, losses))
                           if stats.recorded or losses else None)

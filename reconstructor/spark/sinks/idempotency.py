@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -30,6 +31,7 @@ from reconstructor.contract.batch_writes import (
 from reconstructor.contract.tables import table_path
 from reconstructor.contract.writer import newest_first
 from reconstructor.errors import ReconstructorError
+from reconstructor.spark.builder import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY
 from reconstructor.spark.sinks.history import HISTORY_SEARCHED, commit_history
 from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.transactions import IdempotentDml, spark_like
@@ -56,21 +58,25 @@ class WrittenBatches:
     ``pending`` is the batch the checkpoint planned and did not record when the query started
     (None: it recorded every batch it planned); ``created`` the tables absent then, which hold no
     earlier attempt of anything.  Only the pending batch looks, once per table, at the table's
-    newest commits."""
+    newest commits.  ``fenced``: a driver paused past its writer lease cannot commit once another
+    driver took it (``fenced_commits``); where it could, every write keeps Delta's transaction ids,
+    which make such a late commit of a batch conflict instead of repeating it."""
 
     spark: SparkSession
     output: str
     query: QueryId
     pending: int | None = None
     created: frozenset[str] = frozenset()
+    fenced: bool = True
     _found: dict[tuple[str, int], FoundWrites] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def mode(self, table: str, write: str, batch_id: int) -> WriteMode:
         """How ``batch_id``'s ``write`` on ``table`` goes."""
-        if self.pending is None or batch_id > self.pending or table in self.created:
-            return WriteMode.WRITE
-        return self._found_in(table, batch_id).mode(write)
+        mode = WriteMode.WRITE
+        if self.pending is not None and batch_id <= self.pending and table not in self.created:
+            mode = self._found_in(table, batch_id).mode(write)
+        return WriteMode.DELTA if mode is WriteMode.WRITE and not self.fenced else mode
 
     def _found_in(self, table: str, batch_id: int) -> FoundWrites:
         with self._lock:
@@ -138,3 +144,16 @@ class BatchTransactions:
         if mode is WriteMode.DELTA:
             writer = writer.option("txnAppId", f"{self.app_id}-{table}").option("txnVersion", self.batch_id)
         writer.save(self.path(table))
+
+
+def fenced_commits(spark: SparkSession, output: str, lease_token: str | None) -> bool:
+    """Whether a driver paused past its writer lease is kept from committing to ``output`` once
+    another driver took the lease: on a local path (the lease is a lock its process holds while it
+    lives), or on ``s3a://`` under a lease with ``PutIfAbsentLogStore``, which stores a commit only
+    while the lease it names is the output's.  Elsewhere (Databricks' commit service, another file
+    system, a driver with no lease) nothing keeps it from committing."""
+    scheme = urlparse(output).scheme
+    if scheme in ("", "file"):
+        return True
+    return (scheme == "s3a" and lease_token is not None
+            and spark.conf.get(S3A_LOG_STORE_KEY, None) == PUT_IF_ABSENT_LOG_STORE)
