@@ -246,8 +246,8 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     # Existing tables take the row schema's new columns; a change that would lose data is refused.
     evolve_tables(spark, cfg.need("output"), schema)
     _seal_existing_rows(spark, cfg)
-    sinks.start_creating_tables()
     if cfg.catalog:  # the names need the tables: created (or found) first
+        sinks.start_creating_tables()
         sinks.await_tables()
         _catalog(spark, cfg, schema, replay)
     step_start = step_start if step_start is not None else NO_START
@@ -261,6 +261,11 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     writer = _writer(out, sinks, cfg, query_name)
     background = _compactor(spark, cfg, vacuum_in_stream, lease_check)
     query = _start(spark, writer, cfg)
+    if not cfg.catalog:
+        # Beside the query's planning and its first batch, which wait on the executors as much as on
+        # the driver, rather than beside the parse's plan, which is the driver's alone: on a few cores
+        # the two slowed each other.  The first write waits for the tables.
+        sinks.start_creating_tables()
     sinks.set_query_id(query.id)  # the checkpoint's own id: the batches wait for it
     try:
         sinks.await_tables()  # created while the query planned and began its first batch

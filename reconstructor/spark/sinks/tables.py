@@ -85,7 +85,7 @@ class OutputTables:
         """``ensure`` in the background; ``await_created`` and the first write wait for it.
 
         Creating (or finding) the tables is a few driver round trips each; in the background it
-        overlaps the query's start and its first batch's parse instead of delaying both.
+        overlaps the query's planning and its first batch instead of delaying them.
         """
         pool = ThreadPoolExecutor(1, thread_name_prefix="ensure-tables")
         self._creating = pool.submit(inheritable_thread_target(self.spark)(self.ensure))
