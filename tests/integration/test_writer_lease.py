@@ -179,7 +179,7 @@ def test_a_commit_under_a_lease_the_output_no_longer_holds_is_refused_and_one_un
         (spark.range(ids.start, ids.stop).write.format("delta").mode("append")
          .option("userMetadata", batch_metadata("q-1", 7, {}, lease=lease)).save(table))
 
-    with pytest.raises(Exception, match="refused to commit .* under the writer lease token-paused"):
+    with pytest.raises(Exception, match=r"refused to commit .* under the writer lease token-paused"):
         append(range(10, 15), "token-paused")
     append(range(20, 22), "token-successor")
     versions = [r.version for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
