@@ -28,7 +28,7 @@ from reconstructor.core.compaction_schedule import wait_before_compaction
 from reconstructor.core.data_loss import offsets_from_log
 from reconstructor.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.settings import Settings
-from reconstructor.spark.checkpoint import checkpoint_state, last_batch_in, read_checkpoint_file, write_checkpoint_file
+from reconstructor.spark.checkpoint import checkpoint_state, read_checkpoint_file, write_checkpoint_file
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.jvm_gateway import jvm_of
 from reconstructor.spark.source import anchored
@@ -77,7 +77,7 @@ def _nothing_new(spark: SparkSession, cfg: Settings, now) -> str | None:
         if last is None or wait_before_compaction(last, now, cfg.compact_every).total_seconds() <= 0:
             return None
     checkpoint = checkpoint_state(spark, cfg.need("checkpoint"))
-    planned = last_batch_in(spark, cfg.need("checkpoint"), "offsets")
+    planned = checkpoint.last_planned
     if checkpoint.last_committed is None or planned != checkpoint.last_committed:
         return None
     text = read_checkpoint_file(spark, cfg.need("checkpoint"), f"offsets/{planned}")

@@ -256,8 +256,9 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     else:
         step_start = replace(step_start, session_seeds=kept_seeds(spark, cfg.need("checkpoint")) or NO_SEEDS)
     out = _reconstructed(spark, cfg, schema, registry, replay, step_start)
-    side_by_side(spark, lambda: record_engine(spark, checkpoint, cfg.engine),  # once its jar was found:
-                 lambda: record_output(spark, checkpoint, cfg.need("output")))  # a usable engine
+    # Once its jar was found, so that a checkpoint records a usable engine.
+    side_by_side(spark, lambda: record_engine(spark, checkpoint, cfg.engine),
+                 lambda: record_output(spark, checkpoint, cfg.need("output")))
     writer = _writer(out, sinks, cfg, query_name)
     background = _compactor(spark, cfg, vacuum_in_stream, lease_check)
     query = _start(spark, writer, cfg)

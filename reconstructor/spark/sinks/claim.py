@@ -8,6 +8,7 @@ or past where that writer got to); before its first write it records its query o
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass, field
 
 from reconstructor.contract.tables import TABLES
@@ -38,6 +39,7 @@ class WriterClaim:
     #: What the tables recorded when checked, by table name.
     _recorded: dict[str, TableState] = field(default_factory=dict, init=False, repr=False)
     _claimed: bool = field(default=False, init=False, repr=False)
+    _recording: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def check(self, checkpoint) -> list[TableState]:
         """Refuse (``UsageError``) to write tables another writer holds; the tables' states.
@@ -78,7 +80,12 @@ class WriterClaim:
 
     def record(self, query: QueryId) -> None:
         """Before the first write: a run records its query as the tables' writer, a replay adds its
-        query to the tables' replays (so a run may carry on from its checkpoint)."""
+        query to the tables' replays (so a run may carry on from its checkpoint).  Once, whichever
+        of the sinks' threads asks first (the background record or the first batch)."""
+        with self._recording:
+            self._record(query)
+
+    def _record(self, query: QueryId) -> None:
         if self._claimed:
             return
         query_id = query.get()

@@ -178,7 +178,7 @@ class DeltaSinks:
             self._stops.check_lease()
             if self._claiming is not None:
                 self._claiming.result()
-            self._claim.record(self._query)  # recorded by then, unless the query id came another way
+            self._claim.record(self._query)  # done by then, unless this batch began before set_query_id
             end = getattr(self.loss_check, "batch_end", None)
             violations = (violation_rows(records.recorded(self.spark, batch, losses))
                           if stats.recorded or losses else None)

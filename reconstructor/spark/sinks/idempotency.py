@@ -109,7 +109,7 @@ class BatchTransactions:
     app_id: str
     batch_id: int
     metadata: str
-    written: WrittenBatches | None = None
+    written: WrittenBatches
     before_write: Callable[[], None] | None = None
 
     def path(self, table: str) -> str:
@@ -122,7 +122,7 @@ class BatchTransactions:
     def _mode(self, table: str, write: str) -> WriteMode:
         if self.before_write is not None:
             self.before_write()
-        return WriteMode.WRITE if self.written is None else self.written.mode(table, write, self.batch_id)
+        return self.written.mode(table, write, self.batch_id)
 
     def dml(self, table: str, run: Callable[[], object], step: str = "") -> None:
         """``run`` (one MERGE or DELETE on ``table``), once; ``step`` tells apart a second one on the
