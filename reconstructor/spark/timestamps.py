@@ -34,7 +34,9 @@ def rfc3339_timestamp(text: str) -> str:
     local = (f"try_cast(concat(substr({t}, 1, 10), 'T', substr({t}, 12, 6), "
              f"CASE WHEN {leap} THEN '59' ELSE substr({t}, 18, 2) END, "
              f"substr(regexp_extract({t}, {_FRACTION}, 1), 1, 7), 'Z') AS TIMESTAMP)")
-    zulu = f"upper(right({t}, 1)) = 'Z'"
+    # Not ``upper(...)``: Spark's ICU case mapping builds a table over every code point when it is
+    # first used in a JVM, about a second of a first batch.
+    zulu = f"right({t}, 1) IN ('Z', 'z')"
     offset_us = (f"CASE WHEN {zulu} THEN 0 ELSE "
                  f"(CASE WHEN substr({t}, -6, 1) = '+' THEN 1 ELSE -1 END) "
                  f"* (CAST(substr({t}, -5, 2) AS BIGINT) * 3600 + CAST(substr({t}, -2, 2) AS BIGINT) * 60) "
