@@ -46,7 +46,7 @@ from reconstructor.audit.seal_check import SealCheck
 from reconstructor.audit.seq_runs import SeqRuns
 from reconstructor.contract.tables import CURRENT_ROWS, ROW_CHANGES, SESSIONS, VIOLATIONS
 from reconstructor.core.chain import HMAC_SHA256, NO_KEY, ChainKey
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.violations import printable, quoted
 
 SKIPPED, DRIFT = "SKIPPED", "SNAPSHOT_DRIFT"

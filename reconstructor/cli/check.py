@@ -23,7 +23,8 @@ from reconstructor.cli.progress import RecordProgress
 from reconstructor.cli.record_sources import RecordSource
 from reconstructor.core.batch import process_batch
 from reconstructor.core.record_parse import KafkaRecord
-from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.session_status import SessionStatus
+from reconstructor.core.state import SessionState
 from reconstructor.core.step_spec import StepSpec
 from reconstructor.core.violations import ViolationKind, ViolationRecord
 from reconstructor.testing.step_runner import GroupKey, grouped_input

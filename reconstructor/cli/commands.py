@@ -13,11 +13,12 @@ import datetime as dt
 import json
 import logging
 import sys
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING
 
-from reconstructor.cli import replay_plan, validate
+from reconstructor.cli import validate
 from reconstructor.cli.progress import CatchUpProgress, RecordProgress, batch_line
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError
@@ -27,32 +28,77 @@ from reconstructor.settings import AVAILABLE_NOW, Settings, default_jars_dir, fr
 from reconstructor.spark.restarts import Restarts, StopSignals, attempts_for, engine_ignores_sigterm
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from reconstructor.core.step_spec import StepStart
 
 log = logging.getLogger("reconstructor")
 
 
-def _spark(cfg: Settings, app: str, signals: StopSignals | None = None):
+def _spark(cfg: Settings, app: str, signals: StopSignals | None = None) -> SparkSession:
     """The SparkSession; with ``signals``, their handlers are installed again once it started (the
     SparkContext sets a SIGINT handler of its own)."""
-    from reconstructor.spark import logs
-    from reconstructor.spark.builder import build_spark, delta_on_classpath
+    return SparkStart(cfg, app).result(signals)
 
-    verbose = logging.getLogger().isEnabledFor(logging.INFO)  # -v
-    validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output, cfg.checkpoint)
-    logs.quiet_python(verbose)
-    jars_dir = cfg.jars_dir or default_jars_dir()
-    with logs.jvm_output(verbose), engine_ignores_sigterm():
-        spark = build_spark(app, master=cfg.master, s3=cfg.s3, jars_dir=jars_dir,
-                            shuffle_partitions=cfg.shuffle_partitions, conf=logs.driver_conf(cfg.spark, verbose))
-    if not delta_on_classpath(spark):
-        raise UsageError(f"Delta's classes are not in Spark's JVM: the jars_dir {jars_dir} holds no Spark jars "
-                         "(run 'make jars' in the checkout, or set jars_dir / RECON_JARS_DIR to the folder it "
-                         "fills; Databricks and EMR provide them)")
-    logs.set_engine_level(spark, verbose)
-    if signals is not None:
-        signals.install()
-    return spark
+
+class SparkStart:
+    """The SparkSession, started in a thread of its own (``result`` waits for it).
+
+    The driver JVM's start is most of what a scheduled run costs before its first record, and needs
+    none of the checks and none of the writer lease that come before a stream: those go on beside
+    it.  While the JVM starts, this process's stdout and stderr are the JVM's (``logs.jvm_output``),
+    so a failure beside it waits for the start (``wait``) before its line is printed.
+    """
+
+    def __init__(self, cfg: Settings, app: str):
+        from reconstructor.spark import logs
+
+        self._cfg = cfg
+        self._verbose = logging.getLogger().isEnabledFor(logging.INFO)  # -v
+        logs.quiet_python(self._verbose)
+        self._jars_dir = cfg.jars_dir or default_jars_dir()
+        self._spark: SparkSession | None = None
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._build, args=(app,), name="spark-start", daemon=True)
+        self._thread.start()
+
+    def _build(self, app: str) -> None:
+        from reconstructor.spark import logs
+        from reconstructor.spark.builder import build_spark
+
+        cfg = self._cfg
+        try:
+            validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output, cfg.checkpoint)
+            with logs.jvm_output(self._verbose), engine_ignores_sigterm():
+                self._spark = build_spark(app, master=cfg.master, s3=cfg.s3, jars_dir=self._jars_dir,
+                                          shuffle_partitions=cfg.shuffle_partitions,
+                                          conf=logs.driver_conf(cfg.spark, self._verbose))
+        except BaseException as exc:  # noqa: BLE001 - raised by ``result``, in the caller's thread
+            self._failure = exc
+
+    def wait(self) -> None:
+        """Until the start has ended, whichever way."""
+        self._thread.join()
+
+    def result(self, signals: StopSignals | None = None) -> SparkSession:
+        """The started SparkSession, or the start's failure; with ``signals``, their handlers are
+        installed again (the SparkContext sets a SIGINT handler of its own)."""
+        from reconstructor.spark import logs
+        from reconstructor.spark.builder import delta_on_classpath
+
+        self.wait()
+        if self._failure is not None:
+            raise self._failure
+        spark = self._spark
+        assert spark is not None  # built, as nothing failed
+        if not delta_on_classpath(spark):
+            raise UsageError(f"Delta's classes are not in Spark's JVM: the jars_dir {self._jars_dir} holds no Spark "
+                             "jars (run 'make jars' in the checkout, or set jars_dir / RECON_JARS_DIR to the folder "
+                             "it fills; Databricks and EMR provide them)")
+        logs.set_engine_level(spark, self._verbose)
+        if signals is not None:
+            signals.install()
+        return spark
 
 
 def _validated_stream(cfg: Settings) -> None:
@@ -72,26 +118,31 @@ def _validated_stream(cfg: Settings) -> None:
 def _stream(cfg: Settings, app: str, progress=None, *, replay: bool = False,
             restarts: Restarts | None = None, signals: StopSignals | None = None,
             step_start: StepStart | None = None) -> int:
-    """The metrics' port and log (``--metrics-*``), the checks that need the broker, the writer
-    lease and the chain key's check, the SparkSession; then the stream to its end
+    """The metrics' port and log (``--metrics-*``); the SparkSession's start, beside which go the
+    checks that need the broker, the writer lease and the chain key's check; then the stream to its end
     (``spark.stream_run.run_stream``: restarts from its checkpoint after a transient failure, stops
     on SIGINT and SIGTERM, never to restart) and the run's last lines.  Whatever was opened is
     closed however the run ends."""
-    from reconstructor.spark.stream_run import run_stream
-
     with contextlib.ExitStack() as opened:
         metrics = MetricsExport.open(cfg.metrics_host, cfg.metrics_port, cfg.metrics_log)
         if metrics is not None:
             opened.callback(metrics.close)
         signals = signals or _stop_signals()
-        validate.broker_reachable(cfg.need("bootstrap_servers"), cfg.kafka)
-        if not replay:  # a replay never sends requests
-            validate.resync_topic_exists(cfg.need("bootstrap_servers"), cfg.kafka, cfg.resync_topic)
-        lease = _writer_lease(cfg, "replay" if replay else "run", cfg.checkpoint)
-        if lease is not None:
-            opened.callback(lease.release)
-        _output_chain_key(cfg)
-        spark = _spark(cfg, app, signals)
+        starting = SparkStart(cfg, app)  # beside the imports, the checks and the lease
+        try:
+            from reconstructor.spark.stream_run import run_stream
+
+            validate.broker_reachable(cfg.need("bootstrap_servers"), cfg.kafka)
+            if not replay:  # a replay never sends requests
+                validate.resync_topic_exists(cfg.need("bootstrap_servers"), cfg.kafka, cfg.resync_topic)
+            lease = _writer_lease(cfg, "replay" if replay else "run", cfg.checkpoint)
+            if lease is not None:
+                opened.callback(lease.release)
+            _output_chain_key(cfg)
+        except BaseException:
+            starting.wait()  # this process's output is the JVM's until then: the failure's line waits
+            raise
+        spark = starting.result(signals)
         if progress is not None:  # a catch-up display of its own
             on_progress, query_ended = (lambda p, recorded: progress(p)), progress.end_line
         else:
@@ -209,6 +260,8 @@ def config_show(args) -> int:
 
 
 def replay(args) -> int:
+    from reconstructor.cli import replay_plan
+
     signals = _stop_signals()
     cfg = from_args(args)
     # A replay never moves another query's checkpoint: it takes only a --checkpoint flag (one with
@@ -347,7 +400,7 @@ def _verify_against_kafka(cfg: Settings, tables, topics: str | None) -> list[str
     import re
 
     from reconstructor.audit.source_check import SourceCheck, committed_ends
-    from reconstructor.cli import record_sources
+    from reconstructor.cli import record_sources, replay_plan
     from reconstructor.errors import DiscrepancyError
     from reconstructor.kafka_admin import watermark_bounds
 
@@ -394,7 +447,7 @@ def _broker_failure_is_usage():
 def check(args) -> int:
     """Every session of the topics (or of a file of records) judged by the rules, nothing written
     (``reconstructor.cli.check``)."""
-    from reconstructor.cli import record_sources
+    from reconstructor.cli import record_sources, replay_plan
     from reconstructor.cli.check import run_check
     from reconstructor.contract.row_schema import RowSchema
     from reconstructor.core.policy import OnViolation

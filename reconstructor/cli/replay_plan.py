@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition
 from reconstructor.cli import validate
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import SESSIONS, table_path
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.timestamps import parse_rfc3339
 from reconstructor.errors import ReconstructorError, UsageError, error_line
 from reconstructor.kafka_admin import broker_metadata, librdkafka_settings, reading_consumer, watermark_bounds

@@ -23,7 +23,8 @@ from reconstructor.core.continuity import check_continuity, malformed
 from reconstructor.core.frames import VALUE, change_rows, concat_rows, exact_longs
 from reconstructor.core.policy import STRICT, IntegrityPolicy
 from reconstructor.core.quarantine import await_resync, quarantine, resyncs_at_once, rows_of, set_aside, unnamed_records
-from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.session_status import SessionStatus
+from reconstructor.core.state import SessionState
 from reconstructor.core.table import (
     Drift,
     apply_messages,

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from reconstructor.core.frames import int_or_none
-from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.session_status import SessionStatus
+from reconstructor.core.state import SessionState
 from reconstructor.core.violations import ViolationKind, ViolationRecord, quoted
 
 

@@ -32,7 +32,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.session_status import SessionStatus
+from reconstructor.core.state import SessionState
 from reconstructor.core.violations import ViolationKind, ViolationRecord
 
 __all__ = ["DataLoss", "Offsets", "find_data_loss", "loss_reaching", "losses_from_json", "losses_to_json",

@@ -23,7 +23,8 @@ import pandas as pd
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.continuity import kafka_order
 from reconstructor.core.frames import VALUE, int_or_none
-from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.session_status import SessionStatus
+from reconstructor.core.state import SessionState
 from reconstructor.core.table import empty_table, snapshot_problem
 from reconstructor.core.violations import ViolationKind, ViolationRecord
 

@@ -25,7 +25,7 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.violations import ViolationKind
 
 #: How often a session that stays quarantined is asked again, unless set.

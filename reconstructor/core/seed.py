@@ -31,7 +31,8 @@ import pandas as pd
 import pyarrow as pa
 
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.session_status import SessionStatus
+from reconstructor.core.state import SessionState
 
 __all__ = ["SessionSeed", "SessionSeeds", "records_after"]
 

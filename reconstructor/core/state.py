@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 import pandas as pd
 import pyarrow as pa
 
 from reconstructor.core.blob import to_frame
-
-
-class SessionStatus(str, enum.Enum):
-    OPEN = "open"
-    ENDED = "ended"  # its end message was applied; any message after it is AFTER_END
-    TIMED_OUT = "timed_out"  # silent for the timeout; it resumes with its next seq
-    QUARANTINED = "quarantined"  # a violation set it aside (quarantine mode); its next snapshot resyncs it
+from reconstructor.core.session_status import SessionStatus
 
 
 @dataclass

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.violations import ViolationKind
 
 STATUSES = tuple(s.value for s in SessionStatus)

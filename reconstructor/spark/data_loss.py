@@ -28,7 +28,7 @@ from reconstructor.core.data_loss import (
     recreated_partitions,
     settle_recreated,
 )
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.errors import ReconstructorError
 from reconstructor.kafka_admin import admin_client, librdkafka_settings
 from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file

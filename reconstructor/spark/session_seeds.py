@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import ROW_CHANGES, SESSIONS, table_path
 from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.errors import ReconstructorError, error_line
 from reconstructor.spark.checkpoint import read_checkpoint_file, write_checkpoint_file
 

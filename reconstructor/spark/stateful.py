@@ -41,7 +41,8 @@ from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, null
 from reconstructor.core.quarantine import quarantine
 from reconstructor.core.seal import session_seal
 from reconstructor.core.seed import SessionSeed, records_after
-from reconstructor.core.state import SessionState, SessionStatus
+from reconstructor.core.session_status import SessionStatus
+from reconstructor.core.state import SessionState
 from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
 from reconstructor.core.table import columns_of, empty_changes, last_change_per_row, rows_back
 from reconstructor.core.violations import ViolationRecord

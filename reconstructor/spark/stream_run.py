@@ -131,7 +131,7 @@ def lease_under_writes(spark: SparkSession, lease: Any, *, signalled: bool) -> N
 def _quarantined_now(spark: SparkSession, cfg: Settings) -> int:
     """The sessions the ``sessions`` table holds quarantined."""
     from reconstructor.contract.tables import SESSIONS, table_path
-    from reconstructor.core.state import SessionStatus
+    from reconstructor.core.session_status import SessionStatus
 
     return int(spark.read.format("delta").load(table_path(cfg.need("output"), SESSIONS))
                .filter(f"status = '{SessionStatus.QUARANTINED.value}'").count())

@@ -32,7 +32,7 @@ from reconstructor.contract.tables import (
     RecordKind,
     hour_of,
 )
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.timestamps import from_epoch_micros
 from reconstructor.core.violations import ViolationRecord
 from reconstructor.spark.sinks.ahead import history_point

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from reconstructor.core import ViolationKind
 from reconstructor.core.batch import process_batch
 from reconstructor.core.frames import concat_rows
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.testing.strategies import micro_batches, valid_session
 from tests.support.model import SCHEMA, Msg, table_as_dict, to_frame
 from tests.unit.test_core_properties import run_core, run_model

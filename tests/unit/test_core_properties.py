@@ -15,7 +15,7 @@ from reconstructor.core import ViolationKind
 from reconstructor.core.batch import apply_in_kafka_order, apply_update_run, process_batch
 from reconstructor.core.blob import dump_table, load_table, read_table
 from reconstructor.core.frames import concat_rows
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.table import last_change_per_row
 from reconstructor.testing.strategies import batches_of, valid_session
 from tests.support.model import (

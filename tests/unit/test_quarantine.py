@@ -15,7 +15,7 @@ from reconstructor.core import ViolationKind
 from reconstructor.core.batch import process_batch
 from reconstructor.core.blob import dump_table, read_table
 from reconstructor.core.policy import IntegrityPolicy, OnDrift, OnViolation
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.testing.strategies import micro_batches, valid_session
 from tests.support.model import SCHEMA, Msg, QuarantineModel, normalise_values, split_rows, table_as_dict, to_frame
 

@@ -21,7 +21,7 @@ from reconstructor.audit.fold import ChangeFold
 from reconstructor.contract.tables import RecordKind
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
 from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.step_spec import StepSpec, StepStart
 from reconstructor.spark.stateful import SessionReconstructor
 from reconstructor.testing.strategies import micro_batches, valid_session

@@ -12,7 +12,7 @@ import pytest
 
 from reconstructor.contract.tables import RecordKind
 from reconstructor.core import chain, jvm_blob, quarantine, seal
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.violations import ViolationKind
 from reconstructor.spark import jvm_engine
 

@@ -16,7 +16,7 @@ from reconstructor.contract.tables import RecordKind
 from reconstructor.core import ViolationKind, ViolationRecord
 from reconstructor.core.batch import process_batch
 from reconstructor.core.policy import IntegrityPolicy, OnViolation
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.step_spec import StepSpec, StepStart
 from reconstructor.spark.stateful import SessionReconstructor, state_from_tuple, state_to_tuple
 from tests.support.groupstate import group_state as _group_state

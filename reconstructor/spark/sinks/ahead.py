@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.contract.tables import SESSIONS, table_path
 from reconstructor.contract.writer import TableState, furthest, reached_everywhere
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.spark.sinks.history import committed_offsets, recorded_offsets
 from reconstructor.spark.sinks.records import SESSION_INFO
 

@@ -31,7 +31,7 @@ from reconstructor.contract.tables import (
     column_names,
 )
 from reconstructor.contract.writer import TableState
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.spark.sinks.ahead import AHEAD
 from reconstructor.spark.sinks.idempotency import BatchTransactions
 from reconstructor.spark.sinks.records import SESSION_INFO

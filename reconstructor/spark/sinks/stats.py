@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from reconstructor.contract.tables import RecordKind
-from reconstructor.core.state import SessionStatus
+from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.violations import ViolationKind
 from reconstructor.metrics.batch_metrics import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.spark.sinks.records import is_record
