@@ -239,23 +239,32 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
                        resync=None if replay or not cfg.resync_topic else ResyncRequests(
                            spark, cfg.resync_topic, cfg.need("bootstrap_servers"), cfg.resync_interval,
                            dict(cfg.kafka)))
-    # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
-    checkpoint = checkpoint_state(spark, cfg.need("checkpoint"))
-    sinks.check_writer(checkpoint)
-    refuse_other_engine(spark, checkpoint, cfg.engine)
-    # Existing tables take the row schema's new columns; a change that would lose data is refused.
-    evolve_tables(spark, cfg.need("output"), schema)
-    _seal_existing_rows(spark, cfg)
-    if cfg.catalog:  # the names need the tables: created (or found) first
-        sinks.start_creating_tables()
-        sinks.await_tables()
-        _catalog(spark, cfg, schema, replay)
-    step_start = step_start if step_start is not None else NO_START
-    if replay:  # in its own checkpoint only now, once the checks let it write there
-        keep_seeds(spark, cfg.need("checkpoint"), step_start.session_seeds)
-    else:
-        step_start = replace(step_start, session_seeds=kept_seeds(spark, cfg.need("checkpoint")) or NO_SEEDS)
-    out = _reconstructed(spark, cfg, schema, registry, replay, step_start)
+
+    def checks():
+        """What must hold before anything is written, and the step's start; the checkpoint read."""
+        # A writer is its checkpoint: refuse another writer's tables before Kafka is read.
+        checkpoint = checkpoint_state(spark, cfg.need("checkpoint"))
+        sinks.check_writer(checkpoint)
+        refuse_other_engine(spark, checkpoint, cfg.engine)
+        # Existing tables take the row schema's new columns; a change that would lose data is refused.
+        evolve_tables(spark, cfg.need("output"), schema)
+        _seal_existing_rows(spark, cfg)
+        if cfg.catalog:  # the names need the tables: created (or found) first
+            sinks.start_creating_tables()
+            sinks.await_tables()
+            _catalog(spark, cfg, schema, replay)
+        start = step_start if step_start is not None else NO_START
+        if replay:  # in its own checkpoint only now, once the checks let it write there
+            keep_seeds(spark, cfg.need("checkpoint"), start.session_seeds)
+        else:
+            start = replace(start, session_seeds=kept_seeds(spark, cfg.need("checkpoint")) or NO_SEEDS)
+        return checkpoint, start
+
+    # The parse's plan (its SQL parsed and analysed: about two seconds of the driver's in a new JVM)
+    # reads nothing, so it is built beside the checks, which mostly wait on the output's storage;
+    # a check's failure is the one raised.
+    (checkpoint, step_start), parsed = side_by_side(spark, checks, lambda: _parsed(spark, cfg, schema, replay))
+    out = _reconstructed(spark, cfg, schema, registry, replay, step_start, parsed)
     # Once its jar was found, so that a checkpoint records a usable engine.
     side_by_side(spark, lambda: record_engine(spark, checkpoint, cfg.engine),
                  lambda: record_output(spark, checkpoint, cfg.need("output")))
@@ -290,10 +299,8 @@ def _catalog(spark: SparkSession, cfg: Settings, schema: RowSchema, replay: bool
         print(f"reconstructor: registered {name} in the catalog", file=sys.stderr, flush=True)
 
 
-def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, registry: LossRegistry | None,
-                   replay: bool, step_start: StepStart) -> DataFrame:
-    """The records the stateful step emits: Kafka read, parsed, and each session rebuilt."""
-    policy = cfg.policy()
+def _parsed(spark: SparkSession, cfg: Settings, schema: RowSchema, replay: bool) -> DataFrame:
+    """The Kafka source's records, parsed as ``cfg.engine``'s step takes them (nothing is read)."""
     raw = kafka_stream(
         spark,
         bootstrap_servers=cfg.need("bootstrap_servers"),
@@ -303,11 +310,16 @@ def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, regist
         kafka_options=dict(cfg.kafka),
         assign_offsets=replay,  # a replay reads exactly the partitions its plan names
     )
+    return parse_for(cfg.engine, raw, schema, keep_values=cfg.policy().quarantine)
+
+
+def _reconstructed(spark: SparkSession, cfg: Settings, schema: RowSchema, registry: LossRegistry | None,
+                   replay: bool, step_start: StepStart, parsed: DataFrame) -> DataFrame:
+    """The records the stateful step emits: the ``parsed`` records, each session rebuilt."""
     start = replace(step_start,
                     losses=registry.by_partition() if registry is not None else {},
                     chain_seeds=chain_seeds(spark, cfg.need("output"), cfg.need("topic_pattern")) if replay else {})
-    return reconstruct_with(cfg.engine, parse_for(cfg.engine, raw, schema, keep_values=policy.quarantine),
-                            cfg.step_spec(schema), start)
+    return reconstruct_with(cfg.engine, parsed, cfg.step_spec(schema), start)
 
 
 def _writer(out: DataFrame, sinks: DeltaSinks, cfg: Settings, query_name: str | None):

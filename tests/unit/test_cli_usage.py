@@ -247,3 +247,12 @@ def test_a_kafka_table_cannot_read_uncommitted_records(tmp_path, capsys, command
     assert code == 2, lines
     assert lines == ["reconstructor: [kafka] isolation.level cannot be changed: the reconstructor reads "
                      "only committed records (isolation.level = read_committed)"], lines
+
+
+def test_the_command_line_loads_no_pandas_before_a_run_starts_its_driver_jvm():
+    """A scheduled run pays its imports before its driver JVM starts; pandas (about half a second)
+    is loaded beside that start, by the modules that drive Spark, not by the command line's own."""
+    probe = ("import sys, reconstructor.cli.app, reconstructor.cli.commands\n"
+             "print(sorted(m for m in ('pandas', 'pyspark') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", loaded

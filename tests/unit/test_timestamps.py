@@ -4,6 +4,7 @@ else is a time."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from hypothesis import given
@@ -89,3 +90,14 @@ def test_epoch_numbers_are_aware_utc_times_exactly_and_a_kafka_time_past_python_
     assert from_epoch_millis(-1) == dt.datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=dt.UTC)
     assert from_epoch_millis(2**63 - 1) == dt.datetime.max.replace(tzinfo=dt.UTC)
     assert from_epoch_millis(-(2**63)) == dt.datetime.min.replace(tzinfo=dt.UTC)
+
+
+def test_the_spark_sql_of_a_time_maps_no_letter_case():
+    """Spark's case mapping (``upper``, ``lower``, ``initcap``) builds ICU's title-case table over
+    every code point the first time a JVM uses it: over a second of a run's first batch.  The SQL
+    that reads a time (the parse's, for every update) takes ``Z`` or ``z`` as they are."""
+    from reconstructor.spark.timestamps import rfc3339_timestamp
+
+    sql = rfc3339_timestamp("t")
+    assert "IN ('Z', 'z')" in sql
+    assert not re.search(r"\b(upper|lower|ucase|lcase|initcap)\s*\(", sql, re.IGNORECASE), sql
