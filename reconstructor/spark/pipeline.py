@@ -253,12 +253,11 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
             sinks.start_creating_tables()
             sinks.await_tables()
             _catalog(spark, cfg, schema, replay)
-        start = step_start if step_start is not None else NO_START
+        given = step_start if step_start is not None else NO_START
         if replay:  # in its own checkpoint only now, once the checks let it write there
-            keep_seeds(spark, cfg.need("checkpoint"), start.session_seeds)
-        else:
-            start = replace(start, session_seeds=kept_seeds(spark, cfg.need("checkpoint")) or NO_SEEDS)
-        return checkpoint, start
+            keep_seeds(spark, cfg.need("checkpoint"), given.session_seeds)
+            return checkpoint, given
+        return checkpoint, replace(given, session_seeds=kept_seeds(spark, cfg.need("checkpoint")) or NO_SEEDS)
 
     # The parse's plan (its SQL parsed and analysed: about two seconds of the driver's in a new JVM)
     # reads nothing, so it is built beside the checks, which mostly wait on the output's storage;
