@@ -6,9 +6,12 @@ create, ``If-Match: <etag>`` to replace), ``FileLeaseStore`` with a lock file on
 ``WriterLease`` takes the lease for a command, renews it from a thread while the command runs,
 and tells the sink, before each micro-batch writes, whether it still holds it.
 
-No lease alone can stop a driver that was paused (a long GC, a frozen VM) past its expiry from
-making one more commit once it wakes, before its next check: on ``s3a://`` the log store refuses a
-commit whose lease is no longer the output's, and the README says what guards it elsewhere.
+No TTL alone can stop a driver that was paused (a long GC, a frozen VM) past its expiry from
+making one more commit once it wakes, before its next check.  On a local output the holder also
+keeps a lock on a file beside the lease (``flock``) from taking the lease to releasing it: the
+kernel holds it for a paused process and lets go of it when the process dies, and no driver takes
+a lease while another process holds that lock.  On ``s3a://`` the log store refuses a commit whose
+lease is no longer the output's, and the README says what guards it elsewhere.
 
 The lease's rules (who holds it, until when, what a takeover needs) are ``core.lease``'s; this
 module stores it.
@@ -25,10 +28,10 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 from urllib.parse import urlparse
 
-from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, verdict
+from reconstructor.core.lease import Lease, LeaseVerdict, LeaseWatch, left_to_watch, verdict
 from reconstructor.errors import LeaseLost, ReconstructorError, UsageError
 from reconstructor.settings import S3Settings
 
@@ -140,11 +143,36 @@ class S3LeaseStore:
 
 
 class FileLeaseStore:
-    """The lease as a local file; a lock file makes read-compare-replace one step."""
+    """The lease as a local file; a lock file makes read-compare-replace one step, and another,
+    the holder's (``hold``), is locked by the holding process for as long as it holds the lease."""
 
     def __init__(self, path: Path):
         self.path = path
         self.location = str(path)
+        #: Locked by the holder's process (``writer.holder.lock``): apart from the lock of each
+        #: replace, which a driver of an earlier release waits for.
+        self.holder_lock = path.with_name(f"{path.stem}.holder.lock")
+
+    def hold(self) -> IO[str] | None:
+        """The holder's lock, taken for the caller until it closes the file (or its process
+        dies); None while another process (or another caller) holds it."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(self.holder_lock, "a")  # held open for the lease's life
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            return None
+        return lock
+
+    def held(self) -> bool:
+        """Whether a process holds the holder's lock now (it is taken for the look, and let go)."""
+        lock = self.hold()
+        if lock is not None:
+            lock.close()
+        return lock is None
 
     def read(self) -> tuple[Lease | None, str | None]:
         try:
@@ -208,6 +236,8 @@ class WriterLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        #: The store's holder lock, held from taking the lease to releasing it (a local output).
+        self._held: IO[str] | None = None
 
     @property
     def token(self) -> str:
@@ -218,7 +248,11 @@ class WriterLease:
         """Another driver's lease on the output that looks live, else None (nothing is taken; one
         that looks expired is only taken after watching it, by ``acquire``)."""
         current, _ = self.store.read()
-        if current is None or verdict(current, self.me, self.clock()) in (LeaseVerdict.TAKE, LeaseVerdict.WATCH):
+        if current is None or current.expires_at == 0.0:
+            return None
+        held = getattr(self.store, "held", None)
+        live = held is not None and held()
+        if verdict(current, self.me, self.clock(), live=live) in (LeaseVerdict.TAKE, LeaseVerdict.WATCH):
             return None
         return current
 
@@ -228,26 +262,44 @@ class WriterLease:
         probe = getattr(self.store, "probe", None)
         if probe is not None:
             probe()
+        try:
+            self._take(output)
+        except BaseException:
+            self._let_go()
+            raise
+        self._thread = threading.Thread(target=self._renew_loop, name="writer-lease", daemon=True)
+        self._thread.start()
+
+    def _take(self, output: str) -> None:
+        hold = getattr(self.store, "hold", None)
         said: LeaseVerdict | None = None
         watch = LeaseWatch()
         while True:
+            if hold is not None and self._held is None:
+                self._held = hold()
+            live = hold is not None and self._held is None
             current, version = self.store.read()
             unchanged = watch.see(version, self.monotonic())
-            found = verdict(current, self.me, self.clock(), unchanged, self.ttl_s, watch.renewed)
+            now = self.clock()
+            found = verdict(current, self.me, now, unchanged, self.ttl_s, watch.renewed, live)
             holder = current.describe() if current is not None else "no one"  # a lease to wait for is held
             if found == LeaseVerdict.REFUSE:
                 raise UsageError(f"the output {output} is being written by {holder}: one writing "
                                  f"driver at a time; stop it, or wait for its lease to expire")
             if found in (LeaseVerdict.WAIT, LeaseVerdict.WATCH):
+                # A lease a live process holds is waited for without end: it is looked at every so often.
+                left = left_to_watch(current, unchanged, self.ttl_s, now) if current is not None and not live \
+                    else self.ttl_s
                 if said != found:
                     self._say(f"the output {output} is leased to {holder}: " + (
                         "waiting for it to end or its lease to expire" if found == LeaseVerdict.WAIT else
-                        f"watching its lease, which must stay unrenewed for {self.ttl_s:g}s before it is taken"))
+                        f"watching its lease, which must stay unrenewed for {unchanged + left:g}s before it "
+                        "is taken"))
                     said = found
                 if found == LeaseVerdict.WAIT and watch.renewed:
                     watch = LeaseWatch()  # the holder lives on: its TTL is counted anew
                 # Often enough to see a live holder's renewals (every quarter of its TTL).
-                self._sleep(max(0.05, min(self.ttl_s - unchanged, self.ttl_s / 8)))
+                self._sleep(max(0.05, min(left, self.ttl_s / 8)))
                 continue
             sent = self.monotonic()
             taken = self.me.renewed(self.clock(), self.ttl_s)
@@ -255,9 +307,7 @@ class WriterLease:
             if new is not None:
                 with self._lock:
                     self.me, self._version, self._held_until = taken, new, sent + self.ttl_s
-                break  # else another driver wrote in between: read again
-        self._thread = threading.Thread(target=self._renew_loop, name="writer-lease", daemon=True)
-        self._thread.start()
+                return  # else another driver wrote in between: read again
 
     def check(self) -> None:
         """Raise ``LeaseLost`` unless the lease is still this driver's with time to spare: called
@@ -300,6 +350,13 @@ class WriterLease:
                 self.store.write(me.released(), version)
             except Exception as exc:  # noqa: BLE001 - it expires anyway
                 log.warning("could not release the writer lease at %s: %s", self.store.location, exc)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Close the holder's lock (a lease left to expire is then waited out for its TTL)."""
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / 4):

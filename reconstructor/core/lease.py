@@ -15,16 +15,17 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 
-__all__ = ["Lease", "LeaseVerdict", "LeaseWatch", "verdict"]
+__all__ = ["Lease", "LeaseVerdict", "LeaseWatch", "left_to_watch", "verdict"]
 
 
 @dataclass(frozen=True)
 class Lease:
-    """Who writes an output, until when by its holder's clock (epoch seconds; 0: released).  The
-    time is what a refusal names; whether the lease has expired is watched, not read from it
-    (``LeaseWatch``)."""
+    """Who writes an output, until when by its holder's clock (epoch seconds; 0: released), and the
+    holder's TTL.  The time is what a refusal names; whether the lease has expired is watched, not
+    read from it (``LeaseWatch``), for the longer of the two drivers' TTLs."""
 
     command: str  # run, replay, compact
     checkpoint: str | None  # the writer's checkpoint (compact has none)
@@ -32,6 +33,8 @@ class Lease:
     pid: int
     token: str  # this holder's, unique: a renewal must find its own
     expires_at: float
+    #: The holder's TTL in seconds; None in a lease of a release that did not record it.
+    ttl_s: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -43,12 +46,12 @@ class Lease:
         try:
             data = json.loads(text)
             return cls(str(data["command"]), data.get("checkpoint"), str(data["host"]), int(data["pid"]),
-                       str(data["token"]), float(data["expires_at"]))
+                       str(data["token"]), float(data["expires_at"]), _duration(data.get("ttl_s")))
         except (ValueError, TypeError, KeyError):
             return None
 
     def renewed(self, now: float, ttl_s: float) -> Lease:
-        return replace(self, expires_at=now + ttl_s)
+        return replace(self, expires_at=now + ttl_s, ttl_s=ttl_s)
 
     def released(self) -> Lease:
         return replace(self, expires_at=0.0)
@@ -63,10 +66,17 @@ class Lease:
         return f"a {self.command}{of} on {self.host} (pid {self.pid}), its lease renewed until {until}"
 
 
+def _duration(value: object) -> float | None:
+    """A stated TTL: seconds, finite and above 0; anything else is not known."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        return None
+    return float(value)
+
+
 class LeaseVerdict(enum.Enum):
-    TAKE = "take"  # none held, released, watched unrenewed for its TTL, or this holder's own
+    TAKE = "take"  # none held, released, watched unrenewed long enough (``left_to_watch``), or this holder's own
     WAIT = "wait"  # held by a previous driver of this same writer (a restart after a crash), or a compact
-    WATCH = "watch"  # another writer's, expired by the clocks: taken if it stays unrenewed for the TTL
+    WATCH = "watch"  # another writer's, expired by the clocks: taken if it stays unrenewed long enough
     REFUSE = "refuse"  # another writer is live
 
 
@@ -93,24 +103,45 @@ class LeaseWatch:
         return now - self.since
 
 
+def left_to_watch(current: Lease, unchanged_s: float, ttl_s: float, now: float) -> float:
+    """Seconds ``current`` must yet stay unchanged, watched by a driver whose TTL is ``ttl_s``,
+    before its holder is gone (0: gone).
+
+    The holder renews every quarter of its own TTL, so a lease is watched for the longer of the
+    two TTLs: a taker with a shorter one would otherwise see a live lease stay unchanged between
+    two renewals.  A lease of a release that did not record its TTL may have any: it is watched for
+    the taker's TTL and until its stated expiry has passed by that TTL on the taker's clock, which
+    waits out any holder whose clock runs less than a TTL behind the taker's."""
+    if current.ttl_s is not None:
+        return max(0.0, max(ttl_s, current.ttl_s) - unchanged_s)
+    return max(0.0, ttl_s - unchanged_s, current.expires_at + ttl_s - now)
+
+
 def verdict(current: Lease | None, me: Lease, now: float, unchanged_s: float = 0.0, ttl_s: float = float("inf"),
-            renewed: bool = False) -> LeaseVerdict:
+            renewed: bool = False, live: bool = False) -> LeaseVerdict:
     """What ``me`` does on finding ``current``, unchanged for ``unchanged_s`` of its own clock
     (``renewed``: it changed while watched).  ``now`` (the reader's wall clock) only hurries a
     refusal: a lease whose stated expiry is still ahead is live; an expired-looking one is watched.
+    ``live``: another process holds the output's lock (a local output), so its holder lives,
+    running or paused, whatever the TTLs; a lease is only taken once no process holds that lock.
 
     A driver restarted on the same checkpoint by the same command (a scheduler's retry after a
     crash) waits for the dead one's lease to expire rather than fail, and a stream waits for a
     ``compact`` to finish (it takes minutes, and the stream's own compaction would do the same);
     any other holder is another writer, refused once it shows it is live."""
-    if current is None or current.expires_at == 0.0 or current.token == me.token or unchanged_s >= ttl_s:
+    if current is not None and current.token == me.token:
+        return LeaseVerdict.TAKE
+    if live and (current is None or current.expires_at == 0.0):
+        return LeaseVerdict.WAIT  # another process is taking the lease, or letting go of it
+    if current is None or current.expires_at == 0.0 or \
+            (not live and left_to_watch(current, unchanged_s, ttl_s, now) == 0.0):
         return LeaseVerdict.TAKE
     if current.command == "compact" and me.command != "compact":
         return LeaseVerdict.WAIT
     if current.command == me.command and current.checkpoint is not None and \
             _same(current.checkpoint, me.checkpoint):
         return LeaseVerdict.WAIT
-    if renewed or not current.expired(now):
+    if live or renewed or not current.expired(now):
         return LeaseVerdict.REFUSE
     return LeaseVerdict.WATCH
 

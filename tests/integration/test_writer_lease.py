@@ -83,6 +83,53 @@ def test_a_driver_whose_clock_runs_ahead_does_not_take_a_live_lease(stack, run_i
     ahead.release()
 
 
+def test_a_driver_with_a_shorter_ttl_waits_out_the_s3_lease_holders_longer_one(stack, run_id):
+    """The holder, a process of its own, renews every half second (a TTL of 2s); a restart of the
+    same writer with a TTL of 0.25s would see the lease unchanged for its own TTL between two
+    renewals.  It waits until the holder releases; and once a holder with a TTL of 3s is killed,
+    the restart takes its lease only after watching it unchanged for those 3s (on its own clock,
+    which the test moves)."""
+    import os
+    import signal
+    import threading
+
+    from tests.support.lease_holder import lease_holder
+
+    output, s3 = f"s3a://recon/lease{run_id}/ttls", _s3(stack)
+    checkpoint = f"{output}/_checkpoints/a"
+    env = {"RECON_S3_ENDPOINT": s3.endpoint or "", "RECON_S3_REGION": s3.region or "",
+           "RECON_S3_ACCESS_KEY": s3.access_key or "", "RECON_S3_SECRET_KEY": s3.secret_key or "",
+           "RECON_S3_PATH_STYLE": "true"}
+    store = lease_store(output, s3)
+    assert store is not None
+    with lease_holder(output, checkpoint, ttl_s=2, env=env) as holder:
+        restart = WriterLease(lease_store(output, s3), "run", checkpoint, ttl_s=0.25, say=lambda line: None)
+        taking = threading.Thread(target=restart.acquire, args=(output,), daemon=True)
+        taking.start()
+        taking.join(1.5)  # three of the holder's renewals
+        assert taking.is_alive() and store.read()[0].token == holder.token
+        assert holder.check() == "ok"
+        holder.release()
+        taking.join(10)
+        assert not taking.is_alive() and store.read()[0].token == restart.token
+        restart.release()
+
+    with lease_holder(output, checkpoint, ttl_s=3, env=env) as crashed:
+        os.kill(crashed.proc.pid, signal.SIGKILL)
+        crashed.proc.wait()
+        watched = [0.0]  # the successor's monotonic clock, moved by its sleeps alone
+
+        def sleep(seconds: float) -> None:
+            watched[0] += seconds
+
+        successor = WriterLease(lease_store(output, s3), "run", checkpoint, ttl_s=0.25,
+                                monotonic=lambda: watched[0], sleep=sleep, say=lambda line: None)
+        successor.acquire(output)
+        assert watched[0] >= 3  # the crashed holder's TTL, not the successor's own
+        assert store.read()[0].token == successor.token
+        successor.release()
+
+
 def test_an_endpoint_that_ignores_conditional_writes_is_refused(stack, run_id, tmp_path):
     """A store that drops ``If-None-Match`` and ``If-Match`` lets every driver take the lease: the
     lease's probe finds it out before any is taken (the local endpoint, started here without them)."""
