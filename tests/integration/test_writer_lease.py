@@ -1,7 +1,10 @@
 """The writer lease on the real local S3 endpoint: S3's conditional PUT keeps one holder, and a
-lease taken there refuses a second writer of an ``s3a://`` output until it is released."""
+lease taken there refuses a second writer of an ``s3a://`` output until it is released; and on a
+local output, whose lease the driver's process holds while it lives."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -232,3 +235,82 @@ def test_a_commit_under_a_lease_the_output_no_longer_holds_is_refused_and_one_un
     versions = [r.version for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
     assert sorted(versions) == [0, 1], versions
     assert sorted(r.id for r in spark.read.format("delta").load(table).collect()) == [0, 20, 21]
+
+
+# A local output's fence: the lease is held by its driver's process (a lock the kernel keeps for it
+# while it lives, paused or not), and local commits carry no Delta transaction ids.
+
+def _appending(table: Path) -> bool:
+    """Whether an append to ``table`` has written data files that its log holds no commit of yet."""
+    return any(table.rglob("*.parquet")) and \
+        not any('"add"' in f.read_text() for f in (table / "_delta_log").glob("*.json"))
+
+
+def test_a_local_driver_paused_past_its_lease_mid_batch_keeps_it_and_the_batch_is_written_once(
+        stack, spark, run_id, tmp_path):
+    """A run is stopped (SIGSTOP, its JVM with it) while its first batch appends to ``row_changes``,
+    and stays stopped for four times its TTL (1s); the same run started again on the checkpoint waits
+    for it, since its process lives, and takes the lease only once the first, resumed, has ended.
+    The batch is in the tables once, and ``verify`` passes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from reconstructor.audit.delta_tables import OutputTables
+    from reconstructor.cli import main as cli_main
+    from reconstructor.contract.lease import LEASE_NAME, FileLeaseStore
+    from tests.support.cli import cli_in_process
+    from tests.support.pipeline import change_count, produce
+    from workbench.fleet import FleetSpec, plan_fleet
+
+    spec = FleetSpec(topic_prefix=f"pause{run_id}-sensor-", sensors=1, sessions_per_sensor=2, rows=12, updates=40,
+                     seed=31, end_sessions=False)
+    messages = list(plan_fleet(spec))
+    produce(spec, messages, 2)
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    args = ("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"pause{run_id}-sensor-[0-9]+",
+            "--output", str(out), "--checkpoint", str(chk), "--compact-every", "off", "--lease-ttl", "1 second")
+    store = FileLeaseStore(out / LEASE_NAME)
+    with open(tmp_path / "paused.log", "w") as log:
+        paused = subprocess.Popen([sys.executable, "-m", "reconstructor", *args], stdout=log, stderr=log,
+                                  start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not _appending(out / "row_changes"):
+            assert paused.poll() is None and time.monotonic() < deadline, (tmp_path / "paused.log").read_text()
+            time.sleep(0.005)
+        os.killpg(paused.pid, signal.SIGSTOP)
+        assert _appending(out / "row_changes"), "the append committed before the driver was stopped"
+        holder = store.read()[0]
+        assert holder is not None
+
+        def resume() -> None:
+            """After four TTLs in which the restart did not take the lease; once it took it, after
+            it has written the batch."""
+            time.sleep(4)
+            current = store.read()[0]
+            if current is not None and current.token != holder.token:
+                while not (chk / "commits" / "0").exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            os.killpg(paused.pid, signal.SIGCONT)
+
+        resuming = threading.Thread(target=resume, daemon=True)
+        resuming.start()
+        restarted = cli_in_process(*args)
+        resuming.join()
+        paused.wait(120)
+    finally:
+        if paused.poll() is None:
+            os.killpg(paused.pid, signal.SIGKILL)
+            paused.wait()
+    changes = OutputTables(str(out), S3Settings()).read("row_changes")
+    assert changes.num_rows == change_count(messages)
+    keys = changes.select(["topic", "partition", "offset", "row_pos", "row_id"]).to_pylist()
+    assert len({tuple(k.values()) for k in keys}) == changes.num_rows  # each change once
+    assert cli_main(["verify", "--output", str(out)]) == 0
+    assert paused.returncode == 0, (tmp_path / "paused.log").read_text()[-3000:]
+    assert restarted.returncode == 0 and "waiting for it to end or its lease to expire" in restarted.stderr, \
+        restarted.stderr[-3000:]
