@@ -148,10 +148,11 @@ class BatchTransactions:
 
 def fenced_commits(spark: SparkSession, output: str, lease_token: str | None) -> bool:
     """Whether a driver paused past its writer lease is kept from committing to ``output`` once
-    another driver took the lease: on a local path (the lease is a lock its process holds while it
-    lives), or on ``s3a://`` under a lease with ``PutIfAbsentLogStore``, which stores a commit only
-    while the lease it names is the output's.  Elsewhere (Databricks' commit service, another file
-    system, a driver with no lease) nothing keeps it from committing."""
+    another driver took the lease: on a local path (no driver takes the lease while the holder's
+    process lives, paused or not: ``FileLeaseStore.hold``), or on ``s3a://`` under a lease with
+    ``PutIfAbsentLogStore``, which stores a commit only while the lease it names is the output's.
+    Elsewhere (Databricks' commit service, another file system, a driver with no lease) nothing
+    keeps it from committing."""
     scheme = urlparse(output).scheme
     if scheme in ("", "file"):
         return True
