@@ -149,8 +149,8 @@ class FileLeaseStore:
     def __init__(self, path: Path):
         self.path = path
         self.location = str(path)
-        #: Locked by the holder's process (``writer.holder.lock``): apart from the lock of each
-        #: replace, which a driver of an earlier release waits for.
+        #: Locked by the holder's process (``writer.holder.lock``), a file apart from the lock of
+        #: each replace (``writer.lock``): a driver of an earlier release waits for that one.
         self.holder_lock = path.with_name(f"{path.stem}.holder.lock")
 
     def hold(self) -> IO[str] | None:
