@@ -249,9 +249,9 @@ def _appending(table: Path) -> bool:
 def test_a_local_driver_paused_past_its_lease_mid_batch_keeps_it_and_the_batch_is_written_once(
         stack, spark, run_id, tmp_path):
     """A run is stopped (SIGSTOP, its JVM with it) while its first batch appends to ``row_changes``,
-    and stays stopped for four times its TTL (1s); the same run started again on the checkpoint waits
-    for it, since its process lives, and takes the lease only once the first, resumed, has ended.
-    The batch is in the tables once, and ``verify`` passes."""
+    and stays stopped for two and a half times its TTL (2s); the same run started again on the
+    checkpoint waits for it, since its process lives, and takes the lease only once the first,
+    resumed, has ended.  The batch is in the tables once, and ``verify`` passes."""
     import os
     import signal
     import subprocess
@@ -272,7 +272,7 @@ def test_a_local_driver_paused_past_its_lease_mid_batch_keeps_it_and_the_batch_i
     produce(spec, messages, 2)
     out, chk = tmp_path / "out", tmp_path / "chk"
     args = ("run", "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", f"pause{run_id}-sensor-[0-9]+",
-            "--output", str(out), "--checkpoint", str(chk), "--compact-every", "off", "--lease-ttl", "1 second")
+            "--output", str(out), "--checkpoint", str(chk), "--compact-every", "off", "--lease-ttl", "2 seconds")
     store = FileLeaseStore(out / LEASE_NAME)
     with open(tmp_path / "paused.log", "w") as log:
         paused = subprocess.Popen([sys.executable, "-m", "reconstructor", *args], stdout=log, stderr=log,
@@ -288,9 +288,9 @@ def test_a_local_driver_paused_past_its_lease_mid_batch_keeps_it_and_the_batch_i
         assert holder is not None
 
         def resume() -> None:
-            """After four TTLs in which the restart did not take the lease; once it took it, after
+            """After 2.5 TTLs in which the restart did not take the lease; once it took it, after
             it has written the batch."""
-            time.sleep(4)
+            time.sleep(5)
             current = store.read()[0]
             if current is not None and current.token != holder.token:
                 while not (chk / "commits" / "0").exists() and time.monotonic() < deadline:
