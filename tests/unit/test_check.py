@@ -91,3 +91,35 @@ def test_a_file_that_holds_no_records_is_refused_with_exit_2_naming_the_line(tmp
 def test_a_file_that_cannot_be_read_is_exit_2(tmp_path, capsys):
     code, _, err = _check(capsys, tmp_path / "absent.jsonl")
     assert code == 2 and "cannot read --file" in err
+
+
+def _record_line(**fields) -> str:
+    record = {"topic": "sensor", "partition": 0, "offset": 0, "timestamp": 1764324000000, "key": None,
+              "value": None, **fields}
+    return json.dumps(record) + "\n"
+
+
+@pytest.mark.parametrize("fields", [
+    {"partition": 2**40}, {"partition": 2**31}, {"partition": -1}, {"partition": True}, {"partition": 1.0},
+    {"partition": "0"}, {"offset": 2**64}, {"offset": 2**63}, {"offset": -1}, {"offset": "12"},
+    {"timestamp": 2**63}, {"timestamp": -2**63 - 1}, {"timestamp": 1.5}, {"topic": ""}, {"topic": "a b"},
+    {"topic": "t" * 250}, {"topic": ".."}, {"topic": 7},
+], ids=lambda f: ",".join(f"{k}={v!r:.20}" for k, v in f.items()))
+def test_a_record_field_out_of_what_kafka_allows_is_exit_2_naming_the_line(tmp_path, capsys, fields):
+    path = tmp_path / "records.jsonl"
+    path.write_text(_record_line() + _record_line(**{"offset": 1, **fields}))
+    code, _, err = _check(capsys, path)
+    assert code == 2, err
+    assert "line 2 is not a record" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fields", [
+    {"partition": 2**31 - 1}, {"offset": 2**63 - 1}, {"timestamp": 2**63 - 1}, {"timestamp": -2**63},
+    {"timestamp": -1}, {"topic": "t" * 249}, {"topic": "Sensor_1.a-b"},
+], ids=lambda f: ",".join(f"{k}={v!r:.20}" for k, v in f.items()))
+def test_a_record_at_the_edge_of_what_kafka_allows_is_judged(tmp_path, capsys, fields):
+    path = tmp_path / "records.jsonl"
+    path.write_text(_record_line(**fields))
+    code, out, err = _check(capsys, path, "--format", "json")
+    assert code == 3, err  # a record with no value names no session: MALFORMED
+    assert [p["kind"] for p in json.loads(out)["problems"]] == ["MALFORMED"]
