@@ -267,3 +267,25 @@ def test_check_gives_the_verdicts_of_a_run_that_reads_each_record_when_it_is_pro
     found = {p["session"]: (p["kind"], p["offset"]) for p in json.loads(out)["problems"]}
     assert found == _run_verdicts(timed, {"session_timeout": "10 seconds", "state_retention": "1 minute"})
     assert code == (3 if found else 0)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_the_lifecycle_carries_over_the_batches_check_reads_in(cut):
+    from reconstructor import settings as config
+    from reconstructor.cli.check import SessionCheck
+    from reconstructor.contract.row_schema import RowSchema
+    from reconstructor.core.record_parse import KafkaRecord
+    from reconstructor.core.timestamps import from_epoch_millis
+
+    timed = [(0, Message(seq=0, type="snapshot", rows=_SNAPSHOT_ROWS)), (1000, Message(seq=1, type="end")),
+             (62_000, Message(seq=0, type="snapshot", rows=_SNAPSHOT_ROWS)), (63_000, Message(seq=1, type="update")),
+             (64_000, Message(seq=0, type="snapshot", rows=_SNAPSHOT_ROWS))]
+    records = [KafkaRecord(m.topic, 0, offset, from_epoch_millis(_T0 + ms), m.session.encode(),
+                           json.dumps(m.value()).encode()) for offset, (ms, m) in enumerate(timed)]
+    cfg = config.load(None, env={}, flags={"session_timeout": "10 seconds", "state_retention": "1 minute",
+                                           "on_violation": "quarantine"})
+    check = SessionCheck(cfg.step_spec(RowSchema.load(None)), {})
+    check.add(records[:cut])
+    check.add(records[cut:])
+    # The ended session is gone after a minute; the new one is checked from its snapshot on.
+    assert [(r.problem.kind.value, r.problem.offset) for r in check.problems if r.problem] == [("DUPLICATE", 4)]
