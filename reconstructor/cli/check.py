@@ -7,6 +7,8 @@ quarantine mode, so that a violation sets its session aside until its next snaps
 other session goes on: each session gets its own verdict, its first violation.  Nothing is
 written, so the state function's output (the change rows, their hash chain, the state blob) is not
 built: each session's state is kept as the core's ``SessionState``.
+A session's state lives as in a run that reads each record when it is produced: the engines' timeout
+and retention (``reconstructor.core.lifecycle``) apply by its records' Kafka timestamps.
 A session whose first record the start cut off (it begins with an update on a partition read from
 past its offset 0) is awaited to its next snapshot and reported as not checked until then, never
 as passed or failed.
@@ -16,15 +18,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from reconstructor.cli.progress import RecordProgress
 from reconstructor.cli.record_sources import RecordSource
 from reconstructor.core.batch import process_batch
+from reconstructor.core.lifecycle import HeldSession, Lifecycle
 from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.core.session_status import SessionStatus
-from reconstructor.core.state import SessionState
 from reconstructor.core.step_spec import StepSpec
 from reconstructor.core.violations import ViolationKind, ViolationRecord
 from reconstructor.testing.step_runner import GroupKey, grouped_input
@@ -53,9 +59,13 @@ class SessionCheck:
     def __init__(self, spec: StepSpec, starts: dict[tuple[str, int], int]):
         self.spec = spec
         self.starts = starts
-        self.states: dict[GroupKey, SessionState] = {}
+        self.lifecycle = Lifecycle(spec.session_timeout_ms, spec.state_retention_ms)
+        self.held: dict[GroupKey, HeldSession] = {}
+        #: Each session's time: the latest Kafka timestamp of its records so far (epoch ms).
+        self.clocks: dict[GroupKey, int] = {}
         self.sessions: dict[GroupKey, SessionReport] = {}
         self.records = 0
+        self._no_table = spec.schema.empty_frame()
 
     def add(self, batch: list[KafkaRecord]) -> None:
         """One batch of records: each session's records through the core, its state kept."""
@@ -63,14 +73,27 @@ class SessionCheck:
         # only to copy them into the violations it records.
         self.records += len(batch)
         for key, frame in grouped_input(batch, self.spec.schema, keep_value=False).items():
-            result = process_batch(key[0], key[1], frame, self.states.get(key), self.spec.schema,
-                                   policy=self.spec.policy)
             report = self._report(key)
-            for v in ([result.violation] if result.violation is not None else []) + result.recorded:
-                self._recorded(report, v)
-            if result.state is not None:
-                self.states[key] = result.state
-                report.applied = report.applied or result.state.status != SessionStatus.QUARANTINED
+            for run, first_ms, last_ms in runs_by_silence(frame, self.clocks.get(key), self.lifecycle.shortest_ms):
+                self._judge(key, report, run, first_ms, last_ms)
+                self.clocks[key] = last_ms
+
+    def _judge(self, key: GroupKey, report: SessionReport, run: pd.DataFrame, first_ms: int, last_ms: int) -> None:
+        """A run of a session's records, which a run would read close enough together that no
+        timeout fires between them: first the timeouts past before it, then the core."""
+        held = self.held.get(key)
+        if held is not None:
+            held = held.expire(first_ms, self.lifecycle, self._no_table)
+        previous = None if held is None else held.state
+        result = process_batch(key[0], key[1], run, previous, self.spec.schema, policy=self.spec.policy)
+        for v in ([result.violation] if result.violation is not None else []) + result.recorded:
+            self._recorded(report, v)
+        if result.state is None:
+            self.held.pop(key, None)
+            return
+        has_table = held.has_table if held is not None and result.state is previous else True
+        self.held[key] = HeldSession.after_call(result.state, has_table, last_ms, self.lifecycle)
+        report.applied = report.applied or result.state.status != SessionStatus.QUARANTINED
 
     def _report(self, key: GroupKey) -> SessionReport:
         if key not in self.sessions:
@@ -127,6 +150,36 @@ class SessionCheck:
             "problems": [violation(r.problem) for r in self.problems if r.problem is not None],
             "not_checked": [{"topic": r.topic, "session": r.session} for r in self.unchecked],
         }, indent=2)
+
+
+def runs_by_silence(frame: pd.DataFrame, since_ms: int | None,
+                    shortest_ms: int) -> Iterator[tuple[pd.DataFrame, int, int]]:
+    """A session's rows of a batch in the order a run reads them, cut where it falls silent for
+    longer than ``shortest_ms`` (``Lifecycle.shortest_ms``), each run with its first and last time.
+
+    A record's time is its Kafka timestamp, never before the session's records read before it on
+    its partition, nor before ``since_ms`` (the session's time so far): a run reads a partition in
+    offset order, and its time does not go back.  A record without a time the tables can hold
+    (``kafka_ts`` null, a MALFORMED record) takes the time before it."""
+    stamps = frame["kafka_ts"]
+    valid = stamps.notna().to_numpy()
+    ms = stamps.to_numpy(dtype="datetime64[ms]").astype(np.int64)
+    if since_ms is None:
+        since_ms = int(ms[valid].min()) if valid.any() else 0
+    ms = np.where(valid, np.maximum(ms, since_ms), since_ms)
+    partitions, offsets = frame["partition"].to_numpy(), frame["offset"].to_numpy()
+    for p in np.unique(partitions):
+        at = np.flatnonzero(partitions == p)
+        at = at[np.argsort(offsets[at], kind="stable")]
+        ms[at] = np.maximum.accumulate(ms[at])
+    order = np.lexsort((offsets, partitions, ms))
+    times = ms[order]
+    cuts = np.flatnonzero(np.diff(times) > shortest_ms) + 1
+    if not len(cuts):
+        yield frame, int(times[0]), int(times[-1])
+        return
+    for rows in np.split(order, cuts):
+        yield frame.iloc[rows].reset_index(drop=True), int(ms[rows[0]]), int(ms[rows[-1]])
 
 
 def run_check(spec: StepSpec, source: RecordSource, fmt: str) -> int:

@@ -454,6 +454,7 @@ def check(args) -> int:
     from reconstructor.kafka_admin import watermark_bounds
 
     cfg = from_args(args)
+    validate.state_outlasts_timeout(cfg.state_retention, cfg.session_timeout)
     schema = RowSchema.load(cfg.row_schema)
     spec = cfg.model_copy(update={"on_violation": OnViolation.QUARANTINE}).step_spec(schema)
     if args.file is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,13 @@ def file_records(path: str) -> RecordSource:
                         len(records), starts)
 
 
+#: What Kafka allows in a record's coordinates: a partition is an int32, an offset and a timestamp
+#: int64s (a broker's timestamp may be -1, "none", or any CreateTime a producer set), and a topic
+#: name 1 to 249 letters, digits, '.', '_' and '-', other than '.' and '..'.
+_INT32_MAX, _INT64_MIN, _INT64_MAX = 2**31 - 1, -2**63, 2**63 - 1
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
 def _file_record(path: str, n: int, line: str) -> KafkaRecord:
     try:
         data = json.loads(line)
@@ -59,13 +67,25 @@ def _file_record(path: str, n: int, line: str) -> KafkaRecord:
             raise ValueError("not an object")
         key, value = (None if data.get(k) is None else base64.b64decode(data[k], validate=True)
                       for k in ("key", "value"))
-        partition, offset, ms = int(data["partition"]), int(data["offset"]), int(data.get("timestamp", 0))
-        if not isinstance(data["topic"], str) or partition < 0 or offset < 0:
-            raise ValueError("topic must be a string, partition and offset not negative")
+        topic = data["topic"]
+        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+            raise ValueError(f"topic {topic!r:.60} is not a Kafka topic name")
+        partition = _integer(data, "partition", 0, _INT32_MAX)
+        offset = _integer(data, "offset", 0, _INT64_MAX)
+        ms = _integer(data, "timestamp", _INT64_MIN, _INT64_MAX) if "timestamp" in data else 0
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise UsageError(f"--file {path} line {n} is not a record ({{\"topic\", \"partition\", \"offset\", "
                          f"\"timestamp\", \"key\", \"value\"}}, key and value in base64): {error_line(exc)}") from None
-    return KafkaRecord(data["topic"], partition, offset, from_epoch_millis(ms), key, value)
+    return KafkaRecord(topic, partition, offset, from_epoch_millis(ms), key, value)
+
+
+def _integer(data: dict, name: str, low: int, high: int) -> int:
+    """A JSON integer of the record within what Kafka holds there: never a text, a bool or a float
+    (``int()`` would take "12", true and 1.5), which Kafka never hands over."""
+    value = data[name]
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{name} {value!r:.40} is not an integer in {low}..{high}")
+    return value
 
 
 def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tuple[str, int], int],

@@ -256,8 +256,13 @@ class _Invalid(Exception):
 MAX_DEPTH = 999  # Jackson's 1000, less the level the trailing-content check wraps the value in
 MAX_NUMBER_DIGITS = 1000
 MAX_NAME_LENGTH = 50000
+#: Jackson's longest string (``StreamReadConstraints``), in UTF-16 code units of the string as
+#: decoded, wherever it lies in the value: one longer makes ``try_parse_json`` null.
+MAX_STRING_LENGTH = 20_000_000
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+#: A JSON string literal; each run of plain characters is taken at once (a message's text may be
+#: tens of millions of characters).
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 def _key_order(key: str) -> bytes:
@@ -330,6 +335,11 @@ def _deep_recursion() -> Iterator[None]:
         sys.setrecursionlimit(limit)
 
 
+def _too_long(s: str) -> bool:
+    """Longer than Jackson's longest string: a character past U+FFFF is two UTF-16 code units."""
+    return len(s) > MAX_STRING_LENGTH // 2 and len(s.encode("utf-16-le", "surrogatepass")) // 2 > MAX_STRING_LENGTH
+
+
 def _check_strings(value: Any) -> None:
     stack = [value]
     while stack:
@@ -337,6 +347,8 @@ def _check_strings(value: Any) -> None:
         if isinstance(v, str):
             if _SURROGATE.search(v):
                 raise _Invalid("a lone surrogate is no character")
+            if _too_long(v):
+                raise _Invalid("a string longer than Jackson's longest")
         elif isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, list):
@@ -801,6 +813,8 @@ def _vouched_rows(record: KafkaRecord, schema: RowSchema, key: str | None, text:
         return None
     if "\\u" in text and _has_surrogate(msg):
         return None
+    if len(text) > MAX_STRING_LENGTH // 2 and _has_long_string(msg):
+        return None
     if type(msg) is not dict or not msg.keys() <= _ENVELOPE_SET:
         return None
     session, seq, kind, ts, rows = (msg.get(f) for f in ENVELOPE_FIELDS)
@@ -859,6 +873,22 @@ def _has_surrogate(value: Any) -> bool:
                 return True
         elif isinstance(v, dict):
             stack += [*v.keys(), *v.values()]
+        elif isinstance(v, list):
+            stack += v
+    return False
+
+
+def _has_long_string(value: Any) -> bool:
+    """A string of ``value`` is longer than Jackson's longest (only a text longer than half of it
+    can hold one: a character is at most two UTF-16 code units, and an escape is more text)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _too_long(v):
+                return True
+        elif isinstance(v, dict):
+            stack += v.values()
         elif isinstance(v, list):
             stack += v
     return False

@@ -116,11 +116,15 @@ class Settings(BaseModel):
         DEFAULT_MAX_OFFSETS_PER_TRIGGER, "cap on Kafka records per micro-batch", metavar="N",
         commands=_STREAM, shown=f"{DEFAULT_MAX_OFFSETS_PER_TRIGGER:,}")
     session_timeout: Duration = setting(
-        Duration("1 hour"), "processing time after which a silent session is timed_out",
-        metavar="DURATION", commands=_STREAM)
+        Duration("1 hour"), "processing time after which a silent session is timed_out (check: by "
+        "its records' Kafka timestamps)", metavar="DURATION", commands=(*_STREAM, CHECK),
+        help_for={CHECK: "silence after which a session is timed_out, by its records' Kafka timestamps"})
     state_retention: Duration = setting(
         Duration("7 days"), "how long a silent session's state is kept after its timeout "
-        "(longer than the timeout)", metavar="DURATION", commands=_STREAM)
+        "(longer than the timeout; check: by its records' Kafka timestamps)", metavar="DURATION",
+        commands=(*_STREAM, CHECK),
+        help_for={CHECK: "silence after which a session's state is gone and its id starts a new session, "
+                         "by its records' Kafka timestamps (longer than the timeout)"})
     row_schema: str | None = setting(
         None, "the row columns and types: a JSON file like schemas/demo_sensor.json", metavar="FILE",
         commands=(*_SPARK, CHECK), shown="the bundled demo_sensor")

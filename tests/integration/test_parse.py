@@ -131,6 +131,34 @@ CASES = [
 ]
 
 
+#: Jackson's longest string (``StreamReadConstraints``' default of Spark 4.2's Jackson, 20,000,000),
+#: counted in UTF-16 code units of the string as decoded, wherever it lies in the value.
+LONGEST_STRING = 20_000_000
+LONG_STRINGS = [
+    ("a string of the longest", _msg([{"id": "a", "values": {"status": "x" * LONGEST_STRING}}]), None),
+    ("a string one past the longest", _msg([{"id": "a", "values": {"status": "x" * (LONGEST_STRING + 1)}}]),
+     "value is not valid JSON"),
+    ("a string one past the longest in UTF-16",
+     json.dumps(json.loads(_msg([{"id": "a", "values": {"status": "x" * (LONGEST_STRING - 1) + "\U0001F600"}}])),
+                ensure_ascii=False), "value is not valid JSON"),
+    ("an escape counts as the character it stands for",
+     _msg([{"id": "a", "values": {"status": "x" * (LONGEST_STRING - 1) + "\n"}}]), None),
+    ("an unknown field's string one past the longest", _msg([], extra="x" * (LONGEST_STRING + 1)),
+     "value is not valid JSON"),
+]
+
+
+def test_the_longest_string_is_the_one_sparks_jackson_allows(spark):
+    """``try_parse_json`` reads with Jackson's default constraints (``VariantBuilder``: a plain
+    ``JsonFactory``), so its longest string is Jackson's default, which the parse without Spark
+    holds (``LONG_STRINGS``, its cases, were read by ``parse_records`` on Spark 4.2 with the
+    outcomes they name; pushing 20 MB strings through Spark in every run costs a minute)."""
+    from reconstructor.core.record_parse import MAX_STRING_LENGTH
+
+    jackson = spark.sparkContext._jvm.com.fasterxml.jackson.core.StreamReadConstraints.defaults()
+    assert jackson.getMaxStringLength() == MAX_STRING_LENGTH == LONGEST_STRING
+
+
 def test_each_malformed_shape_has_its_reason_and_valid_ones_none(spark):
     df = _records(spark, [value for _, value, _ in CASES])
     parsed = parse_records(df, RowSchema.load()).select("offset", "row_pos", "error").collect()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.core.record_parse import COLUMNS, KafkaRecord, java_double, parse_frame, parse_record
-from tests.integration.test_parse import CASES, RANGE, TS, Raw, _message, _msg
+from tests.integration.test_parse import CASES, LONG_STRINGS, RANGE, TS, Raw, _message, _msg
 
 SCHEMA = RowSchema.load()
 KAFKA_TS = dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC)
@@ -181,3 +181,9 @@ def test_the_fast_path_gives_what_the_exhaustive_reading_gives(messages):
     for i, text in enumerate(messages):
         record = KafkaRecord("t", 0, i, dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC), b"s1", text.encode())
         assert parse_record(record, SCHEMA) == parse_record(record, SCHEMA, fast_path=False), text
+
+
+@pytest.mark.parametrize(("name", "value", "reason"), LONG_STRINGS, ids=[c[0] for c in LONG_STRINGS])
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_string_past_jacksons_longest_is_malformed(name, value, reason, fast_path):
+    assert {r["error"] for r in parse_record(_record(value), SCHEMA, fast_path=fast_path)} == {reason}
