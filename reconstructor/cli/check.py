@@ -7,6 +7,10 @@ quarantine mode, so that a violation sets its session aside until its next snaps
 other session goes on: each session gets its own verdict, its first violation.  Nothing is
 written, so the state function's output (the change rows, their hash chain, the state blob) is not
 built: each session's state is kept as the core's ``SessionState``.
+A session whose records sit on several partitions is judged again once everything is read, with
+all its records at once, as one micro-batch judges them: such records have no order between them
+but the rule's, so a verdict from the batches ``consume()`` happened to return would depend on
+where they ended.
 A session whose first record the start cut off (it begins with an update on a partition read from
 past its offset 0) is awaited to its next snapshot and reported as not checked until then, never
 as passed or failed.
@@ -16,11 +20,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from reconstructor.cli.progress import RecordProgress
-from reconstructor.cli.record_sources import RecordSource
+from reconstructor.cli.record_sources import Ranges, RecordSource
 from reconstructor.core.batch import process_batch
 from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.core.session_status import SessionStatus
@@ -56,6 +64,8 @@ class SessionCheck:
         self.states: dict[GroupKey, SessionState] = {}
         self.sessions: dict[GroupKey, SessionReport] = {}
         self.records = 0
+        #: Where each session's records lie: by partition, the first and the last offset read.
+        self.spans: dict[GroupKey, dict[int, tuple[int, int]]] = {}
 
     def add(self, batch: list[KafkaRecord]) -> None:
         """One batch of records: each session's records through the core, its state kept."""
@@ -63,14 +73,55 @@ class SessionCheck:
         # only to copy them into the violations it records.
         self.records += len(batch)
         for key, frame in grouped_input(batch, self.spec.schema, keep_value=False).items():
-            result = process_batch(key[0], key[1], frame, self.states.get(key), self.spec.schema,
-                                   policy=self.spec.policy)
-            report = self._report(key)
-            for v in ([result.violation] if result.violation is not None else []) + result.recorded:
-                self._recorded(report, v)
-            if result.state is not None:
-                self.states[key] = result.state
-                report.applied = report.applied or result.state.status != SessionStatus.QUARANTINED
+            self._span(key, frame)
+            self._judge(key, frame)
+
+    def _judge(self, key: GroupKey, frame: pd.DataFrame) -> None:
+        """One session's records through the core from its state; its report and state kept."""
+        result = process_batch(key[0], key[1], frame, self.states.get(key), self.spec.schema,
+                               policy=self.spec.policy)
+        report = self._report(key)
+        for v in ([result.violation] if result.violation is not None else []) + result.recorded:
+            self._recorded(report, v)
+        if result.state is not None:
+            self.states[key] = result.state
+            report.applied = report.applied or result.state.status != SessionStatus.QUARANTINED
+
+    def _span(self, key: GroupKey, frame: pd.DataFrame) -> None:
+        """Where the session's records lie, so that one seen on several partitions can be read
+        again, its offsets only, rather than the whole topic."""
+        spans = self.spans.setdefault(key, {})
+        partitions, offsets = frame["partition"].to_numpy(), frame["offset"].to_numpy()
+        for p in np.unique(partitions):
+            at = offsets[partitions == p]
+            first, last = int(at.min()), int(at.max())
+            held = spans.get(int(p))
+            spans[int(p)] = (first, last) if held is None else (min(held[0], first), max(held[1], last))
+
+    def to_read_again(self) -> Ranges:
+        """The offsets that hold the records of the sessions seen on several partitions."""
+        ranges: Ranges = {}
+        for (topic, _), spans in self.spans.items():
+            if len(spans) < 2:
+                continue
+            for p, (first, last) in spans.items():
+                held = ranges.get((topic, p), (first, last + 1))
+                ranges[(topic, p)] = (min(held[0], first), max(held[1], last + 1))
+        return ranges
+
+    def judge_again(self, batches: Iterable[list[KafkaRecord]]) -> None:
+        """The sessions seen on several partitions judged again from no state, with all their
+        records (``batches``: those of ``to_read_again``) in one micro-batch."""
+        crossing: dict[GroupKey, list[pd.DataFrame]] = {k: [] for k, s in self.spans.items() if len(s) > 1}
+        for batch in batches:
+            for key, frame in grouped_input(batch, self.spec.schema, keep_value=False).items():
+                if key in crossing:
+                    crossing[key].append(frame)
+        for key, frames in crossing.items():
+            self.states.pop(key, None)
+            self.sessions[key] = SessionReport(key[0], key[1])
+            if frames:
+                self._judge(key, pd.concat(frames, ignore_index=True))
 
     def _report(self, key: GroupKey) -> SessionReport:
         if key not in self.sessions:
@@ -129,14 +180,24 @@ class SessionCheck:
         }, indent=2)
 
 
-def run_check(spec: StepSpec, source: RecordSource, fmt: str) -> int:
-    """Judge every record of ``source``; print the report; 0 when clean, 3 when not."""
+def judge(spec: StepSpec, source: RecordSource, progress: Callable[[int], None] = lambda _: None) -> SessionCheck:
+    """Every record of ``source`` judged; a session seen on several partitions judged again with
+    all its records at once, so that its verdict is one micro-batch's, however they were read."""
     check = SessionCheck(spec, source.starts)
-    started = time.monotonic()
-    progress = RecordProgress("checked", source.total)
     for batch in source.batches:
         check.add(batch)
         progress(check.records)
+    again = check.to_read_again()
+    if again and source.again is not None:
+        check.judge_again(source.again(again))
+    return check
+
+
+def run_check(spec: StepSpec, source: RecordSource, fmt: str) -> int:
+    """Judge every record of ``source``; print the report; 0 when clean, 3 when not."""
+    started = time.monotonic()
+    progress = RecordProgress("checked", source.total)
+    check = judge(spec, source, progress)
     progress.end()
     seconds = time.monotonic() - started
     print(check.as_json(seconds) if fmt == "json" else "\n".join(check.lines(seconds)))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
