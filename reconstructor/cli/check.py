@@ -98,30 +98,45 @@ class SessionCheck:
             held = spans.get(int(p))
             spans[int(p)] = (first, last) if held is None else (min(held[0], first), max(held[1], last))
 
+    def crossing(self) -> list[GroupKey]:
+        """The sessions seen on several partitions.  Records that name no session are no session
+        (each is its own ``MALFORMED``): they are not read again, which could mean holding a
+        whole topic of them."""
+        return [k for k, spans in self.spans.items() if len(spans) > 1 and k[1] is not None]
+
     def to_read_again(self) -> Ranges:
         """The offsets that hold the records of the sessions seen on several partitions."""
         ranges: Ranges = {}
-        for (topic, _), spans in self.spans.items():
-            if len(spans) < 2:
-                continue
-            for p, (first, last) in spans.items():
+        for topic, session in self.crossing():
+            for p, (first, last) in self.spans[(topic, session)].items():
                 held = ranges.get((topic, p), (first, last + 1))
                 ranges[(topic, p)] = (min(held[0], first), max(held[1], last + 1))
         return ranges
 
     def judge_again(self, batches: Iterable[list[KafkaRecord]]) -> None:
-        """The sessions seen on several partitions judged again from no state, with all their
-        records (``batches``: those of ``to_read_again``) in one micro-batch."""
-        crossing: dict[GroupKey, list[pd.DataFrame]] = {k: [] for k, s in self.spans.items() if len(s) > 1}
+        """The sessions seen on several partitions judged again from no state, each with all its
+        records (``batches``: those of ``to_read_again``) in one micro-batch, once they are read:
+        only the sessions whose records are still being read are held."""
+        held: dict[GroupKey, list[pd.DataFrame]] = {k: [] for k in self.crossing()}
+        read: dict[tuple[str, int], int] = {}  # the last offset read again, by partition
         for batch in batches:
+            for r in batch:
+                read[(r.topic, r.partition)] = max(r.offset, read.get((r.topic, r.partition), -1))
             for key, frame in grouped_input(batch, self.spec.schema, keep_value=False).items():
-                if key in crossing:
-                    crossing[key].append(frame)
-        for key, frames in crossing.items():
-            self.states.pop(key, None)
-            self.sessions[key] = SessionReport(key[0], key[1])
-            if frames:
-                self._judge(key, pd.concat(frames, ignore_index=True))
+                if key in held:
+                    held[key].append(frame)
+            done = [k for k in held if all(read.get((k[0], p), -1) >= last for p, (_, last) in self.spans[k].items())]
+            for key in done:
+                self._judge_whole(key, held.pop(key))
+        for key, frames in held.items():  # records gone from Kafka since they were first read
+            self._judge_whole(key, frames)
+
+    def _judge_whole(self, key: GroupKey, frames: list[pd.DataFrame]) -> None:
+        """The session's verdict anew, from no state, over all of ``frames`` at once."""
+        self.states.pop(key, None)
+        self.sessions[key] = SessionReport(key[0], key[1])
+        if frames:
+            self._judge(key, pd.concat(frames, ignore_index=True))
 
     def _report(self, key: GroupKey) -> SessionReport:
         if key not in self.sessions:
