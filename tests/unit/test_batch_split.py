@@ -166,7 +166,7 @@ def crossing_stream(draw):
     return sorted(msgs, key=lambda m: (m.partition != first, m.partition, m.offset))
 
 
-@settings(PROFILE, max_examples=80)
+@settings(PROFILE, max_examples=40)
 @given(data=st.data())
 def test_a_session_on_two_partitions_gets_one_batchs_verdict_from_batches_that_bring_its_own_partition_first(data):
     """Records of a session on two partitions have no order between them; the rule gives them

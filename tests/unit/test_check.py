@@ -168,7 +168,7 @@ def _problems(check) -> dict:
                                    r.problem.found_seq) for r in check.problems}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_every_cut_of_the_records_read_gives_each_session_the_verdict_of_one_batch(data):
     """However ``check`` meets a topic's records (any order of the partitions' records, cut

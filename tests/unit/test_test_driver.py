@@ -146,7 +146,7 @@ def faulty_fleet(draw, max_sessions: int = 6, partitions: int = 2):
     return out
 
 
-@_FAST
+@settings(_FAST, max_examples=15)
 @given(data=st.data())
 def test_of_several_sessions_violations_in_one_batch_the_verdict_is_the_first_in_kafka_order(data):
     """``run`` stops on the violation of the lowest (topic, partition, offset) among the batch's
