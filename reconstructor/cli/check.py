@@ -9,6 +9,10 @@ written, so the state function's output (the change rows, their hash chain, the 
 built: each session's state is kept as the core's ``SessionState``.
 A session's state lives as in a run that reads each record when it is produced: the engines' timeout
 and retention (``reconstructor.core.lifecycle``) apply by its records' Kafka timestamps.
+A session whose records sit on several partitions is judged again once everything is read, with
+all its records at once, as one micro-batch judges them: such records have no order between them
+but the rule's, so a verdict from the batches ``consume()`` happened to return would depend on
+where they ended.
 A session whose first record the start cut off (it begins with an update on a partition read from
 past its offset 0) is awaited to its next snapshot and reported as not checked until then, never
 as passed or failed.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from reconstructor.cli.progress import RecordProgress
-from reconstructor.cli.record_sources import RecordSource
+from reconstructor.cli.record_sources import Ranges, RecordSource
 from reconstructor.core.batch import process_batch
 from reconstructor.core.lifecycle import HeldSession, Lifecycle
 from reconstructor.core.record_parse import KafkaRecord
@@ -66,6 +70,8 @@ class SessionCheck:
         self.sessions: dict[GroupKey, SessionReport] = {}
         self.records = 0
         self._no_table = spec.schema.empty_frame()
+        #: Where each session's records lie: by partition, the first and the last offset read.
+        self.spans: dict[GroupKey, dict[int, tuple[int, int]]] = {}
 
     def add(self, batch: list[KafkaRecord]) -> None:
         """One batch of records: each session's records through the core, its state kept."""
@@ -73,10 +79,16 @@ class SessionCheck:
         # only to copy them into the violations it records.
         self.records += len(batch)
         for key, frame in grouped_input(batch, self.spec.schema, keep_value=False).items():
-            report = self._report(key)
-            for run, first_ms, last_ms in runs_by_silence(frame, self.clocks.get(key), self.lifecycle.shortest_ms):
-                self._judge(key, report, run, first_ms, last_ms)
-                self.clocks[key] = last_ms
+            self._span(key, frame)
+            self._judge_read(key, frame)
+
+    def _judge_read(self, key: GroupKey, frame: pd.DataFrame) -> None:
+        """A session's records of a batch, run by run of records close enough together that no
+        timeout fires between them (``runs_by_silence``)."""
+        report = self._report(key)
+        for run, first_ms, last_ms in runs_by_silence(frame, self.clocks.get(key), self.lifecycle.shortest_ms):
+            self._judge(key, report, run, first_ms, last_ms)
+            self.clocks[key] = last_ms
 
     def _judge(self, key: GroupKey, report: SessionReport, run: pd.DataFrame, first_ms: int, last_ms: int) -> None:
         """A run of a session's records, which a run would read close enough together that no
@@ -94,6 +106,58 @@ class SessionCheck:
         has_table = held.has_table if held is not None and result.state is previous else True
         self.held[key] = HeldSession.after_call(result.state, has_table, last_ms, self.lifecycle)
         report.applied = report.applied or result.state.status != SessionStatus.QUARANTINED
+
+    def _span(self, key: GroupKey, frame: pd.DataFrame) -> None:
+        """Where the session's records lie, so that one seen on several partitions can be read
+        again, its offsets only, rather than the whole topic."""
+        spans = self.spans.setdefault(key, {})
+        partitions, offsets = frame["partition"].to_numpy(), frame["offset"].to_numpy()
+        for p in np.unique(partitions):
+            at = offsets[partitions == p]
+            first, last = int(at.min()), int(at.max())
+            held = spans.get(int(p))
+            spans[int(p)] = (first, last) if held is None else (min(held[0], first), max(held[1], last))
+
+    def crossing(self) -> list[GroupKey]:
+        """The sessions seen on several partitions.  Records that name no session are no session
+        (each is its own ``MALFORMED``): they are not read again, which could mean holding a
+        whole topic of them."""
+        return [k for k, spans in self.spans.items() if len(spans) > 1 and k[1] is not None]
+
+    def to_read_again(self) -> Ranges:
+        """The offsets that hold the records of the sessions seen on several partitions."""
+        ranges: Ranges = {}
+        for topic, session in self.crossing():
+            for p, (first, last) in self.spans[(topic, session)].items():
+                held = ranges.get((topic, p), (first, last + 1))
+                ranges[(topic, p)] = (min(held[0], first), max(held[1], last + 1))
+        return ranges
+
+    def judge_again(self, batches: Iterable[list[KafkaRecord]]) -> None:
+        """The sessions seen on several partitions judged again from no state, each with all its
+        records (``batches``: those of ``to_read_again``) in one micro-batch, once they are read:
+        only the sessions whose records are still being read are held."""
+        held: dict[GroupKey, list[pd.DataFrame]] = {k: [] for k in self.crossing()}
+        read: dict[tuple[str, int], int] = {}  # the last offset read again, by partition
+        for batch in batches:
+            for r in batch:
+                read[(r.topic, r.partition)] = max(r.offset, read.get((r.topic, r.partition), -1))
+            for key, frame in grouped_input(batch, self.spec.schema, keep_value=False).items():
+                if key in held:
+                    held[key].append(frame)
+            done = [k for k in held if all(read.get((k[0], p), -1) >= last for p, (_, last) in self.spans[k].items())]
+            for key in done:
+                self._judge_whole(key, held.pop(key))
+        for key, frames in held.items():  # records gone from Kafka since they were first read
+            self._judge_whole(key, frames)
+
+    def _judge_whole(self, key: GroupKey, frames: list[pd.DataFrame]) -> None:
+        """The session's verdict anew, from no state, over all of ``frames`` at once."""
+        self.held.pop(key, None)
+        self.clocks.pop(key, None)
+        self.sessions[key] = SessionReport(key[0], key[1])
+        if frames:
+            self._judge_read(key, pd.concat(frames, ignore_index=True))
 
     def _report(self, key: GroupKey) -> SessionReport:
         if key not in self.sessions:
@@ -182,14 +246,24 @@ def runs_by_silence(frame: pd.DataFrame, since_ms: int | None,
         yield frame.iloc[rows].reset_index(drop=True), int(ms[rows[0]]), int(ms[rows[-1]])
 
 
-def run_check(spec: StepSpec, source: RecordSource, fmt: str) -> int:
-    """Judge every record of ``source``; print the report; 0 when clean, 3 when not."""
+def judge(spec: StepSpec, source: RecordSource, progress: Callable[[int], None] = lambda _: None) -> SessionCheck:
+    """Every record of ``source`` judged; a session seen on several partitions judged again with
+    all its records at once, so that its verdict is one micro-batch's, however they were read."""
     check = SessionCheck(spec, source.starts)
-    started = time.monotonic()
-    progress = RecordProgress("checked", source.total)
     for batch in source.batches:
         check.add(batch)
         progress(check.records)
+    again = check.to_read_again()
+    if again and source.again is not None:
+        check.judge_again(source.again(again))
+    return check
+
+
+def run_check(spec: StepSpec, source: RecordSource, fmt: str) -> int:
+    """Judge every record of ``source``; print the report; 0 when clean, 3 when not."""
+    started = time.monotonic()
+    progress = RecordProgress("checked", source.total)
+    check = judge(spec, source, progress)
     progress.end()
     seconds = time.monotonic() - started
     print(check.as_json(seconds) if fmt == "json" else "\n".join(check.lines(seconds)))

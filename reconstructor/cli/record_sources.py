@@ -13,7 +13,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -27,14 +27,36 @@ from reconstructor.errors import ReconstructorError, UsageError, error_line
 BATCH_RECORDS = 20_000
 
 
+#: Offsets by partition, each from a first to an end (exclusive).
+Ranges = dict[tuple[str, int], tuple[int, int]]
+
+
 @dataclass
 class RecordSource:
-    """Batches of records, how many there are to read (None: unknown), and each partition's first
-    offset read (``starts``: a partition whose first offset is past 0 may cut sessions)."""
+    """Batches of records, how many there are to read (None: unknown), each partition's first
+    offset read (``starts``: a partition whose first offset is past 0 may cut sessions), and how
+    to read some of them again (``again``: the records of the ranges given, in batches)."""
 
     batches: Iterator[list[KafkaRecord]]
     total: int | None
     starts: dict[tuple[str, int], int] = field(default_factory=dict)
+    again: Callable[[Ranges], Iterator[list[KafkaRecord]]] | None = None
+
+
+def listed_records(records: list[KafkaRecord], batches: list[list[KafkaRecord]] | None = None) -> RecordSource:
+    """Records held in memory, in ``batches`` (``BATCH_RECORDS`` at a time when None)."""
+    starts: dict[tuple[str, int], int] = {}
+    for r in records:
+        starts[(r.topic, r.partition)] = min(r.offset, starts.get((r.topic, r.partition), r.offset))
+    if batches is None:
+        batches = [records[i:i + BATCH_RECORDS] for i in range(0, len(records), BATCH_RECORDS)]
+
+    def again(ranges: Ranges) -> Iterator[list[KafkaRecord]]:
+        within = [r for r in records if (r.topic, r.partition) in ranges
+                  and ranges[(r.topic, r.partition)][0] <= r.offset < ranges[(r.topic, r.partition)][1]]
+        return iter([within[i:i + BATCH_RECORDS] for i in range(0, len(within), BATCH_RECORDS)])
+
+    return RecordSource(iter(batches), len(records), starts, again)
 
 
 def file_records(path: str) -> RecordSource:
@@ -45,12 +67,7 @@ def file_records(path: str) -> RecordSource:
         lines = file.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read --file {path}: {error_line(exc)}") from None
-    records = [_file_record(path, n, line) for n, line in enumerate(lines, start=1) if line.strip()]
-    starts: dict[tuple[str, int], int] = {}
-    for r in records:
-        starts[(r.topic, r.partition)] = min(r.offset, starts.get((r.topic, r.partition), r.offset))
-    return RecordSource(iter([records[i:i + BATCH_RECORDS] for i in range(0, len(records), BATCH_RECORDS)]),
-                        len(records), starts)
+    return listed_records([_file_record(path, n, line) for n, line in enumerate(lines, start=1) if line.strip()])
 
 
 #: What Kafka allows in a record's coordinates: a partition is an int32, an offset and a timestamp
@@ -127,7 +144,11 @@ def kafka_records(bootstrap: str, kafka_options: dict[str, str], starts: dict[tu
         finally:
             consumer.close()
 
-    return RecordSource(batches(), sum(end - starts[tp] for tp, end in wanted.items()), dict(starts))
+    def again(ranges: Ranges) -> Iterator[list[KafkaRecord]]:
+        return kafka_records(bootstrap, kafka_options, {tp: first for tp, (first, _) in ranges.items()},
+                             {tp: end for tp, (_, end) in ranges.items()}).batches
+
+    return RecordSource(batches(), sum(end - starts[tp] for tp, end in wanted.items()), dict(starts), again)
 
 
 def start_offsets(bounds: dict[tuple[str, int], tuple[int, int]],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -112,3 +113,23 @@ class ViolationRecord:
     def from_json(cls, text: str) -> ViolationRecord:
         data = json.loads(text)
         return cls(**{**data, "kind": ViolationKind(data["kind"])})
+
+
+#: A record's place in Kafka order, by the output records' column names: of several sessions'
+#: violations in one micro-batch, the run stops on the first in this order
+#: (``reconstructor.spark.sinks.stats``), and the test kit's verdict is the same one.
+KAFKA_ORDER = ("topic", "partition", "offset")
+
+
+def kafka_place(v: ViolationRecord) -> tuple[bool, str, bool, int, bool, int]:
+    """``v``'s place in Kafka order (``KAFKA_ORDER``), a missing coordinate first, as Spark orders
+    a struct's nulls (a topic by its code points, as Spark by its UTF-8 bytes: the same order)."""
+    return (v.topic is not None, v.topic or "", v.partition is not None, v.partition or 0,
+            v.offset is not None, v.offset or 0)
+
+
+def first_in_kafka_order(violations: Iterable[ViolationRecord]) -> ViolationRecord | None:
+    """Of several sessions' violations in one micro-batch, the one the run stops on: the first
+    record in Kafka order (topic, partition, offset); None when there is none.  A session's own
+    violations are in its Kafka order already; this orders sessions, which Spark hands in none."""
+    return min(violations, key=kafka_place, default=None)

@@ -25,7 +25,7 @@ from reconstructor.contract.tables import RecordKind
 from reconstructor.core.record_parse import KafkaRecord
 from reconstructor.core.state import SessionState
 from reconstructor.core.timestamps import from_epoch_millis
-from reconstructor.core.violations import ViolationRecord
+from reconstructor.core.violations import ViolationRecord, first_in_kafka_order
 from reconstructor.errors import EXIT_INTEGRITY
 from reconstructor.settings import Settings
 from reconstructor.testing.driver_tables import DriverTables
@@ -122,9 +122,11 @@ class TestDriver:
         now_ms = self.clock()
         batch = self._runner.run([self._record(r, now_ms) for r in records])
         self.batches += 1
-        stop = next((r for r in batch.records if r["record"] == RecordKind.VIOLATION.value), None)
+        # Of several sessions' violations, the one ``run`` stops on (``spark.sinks.stats``).
+        stop = first_in_kafka_order(ViolationRecord.from_json(r["info"]) for r in batch.records
+                                    if r["record"] == RecordKind.VIOLATION.value)
         if stop is not None:
-            self.verdict = Verdict(EXIT_INTEGRITY, ViolationRecord.from_json(stop["info"]))
+            self.verdict = Verdict(EXIT_INTEGRITY, stop)
             return self.verdict
         self._runner.commit(batch)
         self._tables.write(batch.records, from_epoch_millis(now_ms))

@@ -199,7 +199,8 @@ def _fold(messages: list[Message]) -> dict[str, dict[str, Any]]:
 @st.composite
 def micro_batches(draw: st.DrawFn, msgs: list[Any]) -> list[list[Any]]:
     """The messages cut into consecutive micro-batches where hypothesis chooses, each in Kafka
-    order: the rules' verdict and the tables must not depend on the cuts."""
+    order: the rules' verdict and the tables must not depend on the cuts (for a session on two
+    partitions, when the messages bring its own partition's first: ``docs/contract.md``)."""
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(msgs) - 1)), max_size=len(msgs))))
     bounds = [0] + [c for c in cuts if c < len(msgs)] + [len(msgs)]
     return [msgs[a:b] for a, b in pairwise(bounds) if b > a]

@@ -383,9 +383,10 @@ def test_in_quarantine_mode_a_data_loss_sets_each_session_of_the_partition_aside
 
 
 def test_a_session_on_two_partitions_in_one_batch_is_partition_moved_whichever_number_is_lower(
-        stack, spark, run_id, tmp_path):
+        stack, spark, run_id, tmp_path, monkeypatch):
     """Its seq 0..2 on partition 1, then seq 3 on partition 0, all read by one micro-batch: the
-    verdict names the first record on partition 0, not a NO_SNAPSHOT there."""
+    verdict names the first record on partition 0, not a NO_SNAPSHOT there.  ``check`` names the
+    same, reading a record at a time, in whichever order Kafka hands the partitions' records."""
     bootstrap = stack.bootstrap_servers()
     topic = _topic(bootstrap, f"moved{run_id}-sensor-0", partitions=2)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
@@ -400,3 +401,10 @@ def test_a_session_on_two_partitions_in_one_batch_is_partition_moved_whichever_n
     assert (v.kind.value, v.partition, v.offset, v.expected_seq, v.found_seq) == ("PARTITION_MOVED", 0, 0, 3, 3)
     assert v.detail == f"session was on {topic}[1] and shows up on {topic}[0]"
     assert read_table(spark, out, "row_changes").count() == 0
+    from reconstructor.cli import record_sources
+
+    monkeypatch.setattr(record_sources, "BATCH_RECORDS", 1)
+    checked = cli_in_process("check", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--format", "json")
+    assert checked.returncode == 3, checked.stdout + checked.stderr
+    assert [(p["kind"], p["partition"], p["offset"], p["expected_seq"], p["found_seq"])
+            for p in json.loads(checked.stdout)["problems"]] == [("PARTITION_MOVED", 0, 0, 3, 3)]

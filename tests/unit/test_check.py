@@ -12,8 +12,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconstructor.cli import main
+from reconstructor.cli.check import SessionCheck, judge
+from reconstructor.cli.record_sources import listed_records
+from reconstructor.core.policy import OnViolation
+from reconstructor.core.record_parse import KafkaRecord
+from reconstructor.settings import load
 from reconstructor.testing.messages import Message
-from reconstructor.testing.strategies import FAULTS, valid_session, with_fault
+from reconstructor.testing.strategies import FAULTS, micro_batches, valid_session, with_fault
+from tests.support.model import SCHEMA
+
+#: ``check``'s spec: the defaults, in quarantine mode.
+SPEC = load(None, env={}, flags={"on_violation": OnViolation.QUARANTINE.value}).step_spec(SCHEMA)
 
 
 def _line(m: Message) -> str:
@@ -289,3 +298,89 @@ def test_the_lifecycle_carries_over_the_batches_check_reads_in(cut):
     check.add(records[cut:])
     # The ended session is gone after a minute; the new one is checked from its snapshot on.
     assert [(r.problem.kind.value, r.problem.offset) for r in check.problems if r.problem] == [("DUPLICATE", 4)]
+
+
+def test_a_session_on_two_partitions_gets_the_one_batch_verdict_however_the_records_are_cut(
+        tmp_path, capsys, monkeypatch):
+    """The issue's case: the update lands on partition 1 at offset 0, the snapshot on partition 0
+    behind other records.  Read at once it is PARTITION_MOVED at the update; read a record at a
+    time, the update came first, and the check still names PARTITION_MOVED, not NO_SNAPSHOT."""
+    from reconstructor.cli import record_sources
+
+    others = [Message(seq=s, type="snapshot" if s == 0 else "update", offset=s, session="other") for s in range(3)]
+    moved = Message(seq=1, type="update", partition=1, offset=0, session="moved")
+    snapshot = Message(seq=0, type="snapshot", offset=3, session="moved", rows=[{"id": "a", "values": {}}])
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(_line(m) for m in [moved, *others, snapshot]) + "\n")
+    found = []
+    for size in (100, 1):
+        monkeypatch.setattr(record_sources, "BATCH_RECORDS", size)
+        code, out, _ = _check(capsys, path)
+        assert code == 3
+        found.append(out.splitlines()[0])
+    assert found[0] == found[1]
+    assert found[0].startswith("sensor moved: INTEGRITY VIOLATION PARTITION_MOVED topic=sensor partition=1 offset=0 "
+                               "session=moved expected_seq=1 found_seq=1")
+
+
+@st.composite
+def crossing_fleet(draw):
+    """Sessions of one topic, some of whose records sit on another partition than the rest (a
+    moved tail, one moved record, or records that go back), some with a fault, in each
+    partition's order (offsets from 0); then the order a reader meets them in: the partitions'
+    records interleaved anyhow, each partition's in its order."""
+    sessions = []
+    for n in range(draw(st.integers(1, 4))):
+        messages = draw(valid_session(max_messages=6, session=f"s{n}", partition=draw(st.integers(0, 2))))
+        if draw(st.booleans()):
+            messages, _ = draw(with_fault(messages, draw(st.sampled_from(FAULTS))))
+        if len(messages) > 1 and draw(st.integers(0, 3)):
+            start = draw(st.integers(1, len(messages) - 1))
+            end = draw(st.integers(start + 1, len(messages)))
+            other = (messages[0].partition + draw(st.integers(1, 2))) % 3
+            for m in messages[start:end]:
+                m.partition = other
+        sessions.append(messages)
+    queues: dict[int, list[Message]] = {}
+    pending = [list(s) for s in sessions]
+    while any(pending):  # each partition's records: the sessions' records interleaved, each in order
+        m = draw(st.sampled_from([q for q in pending if q])).pop(0)
+        queues.setdefault(m.partition, []).append(m)
+    for queue in queues.values():
+        for offset, m in enumerate(queue):
+            m.offset = offset
+    read = []
+    while any(queues.values()):
+        read.append(draw(st.sampled_from([q for q in queues.values() if q])).pop(0))
+    return read
+
+
+def _record(m: Message) -> KafkaRecord:
+    record = m.record()
+    raw = record["value"] if isinstance(record["value"], bytes) else json.dumps(record["value"]).encode()
+    return KafkaRecord(m.topic, m.partition, m.offset, record["timestamp"], record["key"].encode(), raw)
+
+
+def _problems(check) -> dict:
+    return {(r.topic, r.session): (r.problem.kind, r.problem.partition, r.problem.offset, r.problem.expected_seq,
+                                   r.problem.found_seq) for r in check.problems}
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_every_cut_of_the_records_read_gives_each_session_the_verdict_of_one_batch(data):
+    """However ``check`` meets a topic's records (any order of the partitions' records, cut
+    anywhere into the batches ``consume()`` returns), each session's first violation (kind,
+    coordinates, seqs) is the one of all the records in one micro-batch, sessions on two
+    partitions included."""
+    read = data.draw(crossing_fleet())
+    records = [_record(m) for m in read]
+    whole = SessionCheck(SPEC, {})
+    whole.add(records)
+    source = listed_records(records, [[_record(m) for m in b] for b in data.draw(micro_batches(read))])
+    size, again = data.draw(st.integers(1, 8)), source.again
+    assert again is not None
+    source.again = lambda ranges: (chunk[i:i + size] for chunk in again(ranges) for i in range(0, len(chunk), size))
+    cut = judge(SPEC, source)
+    assert _problems(cut) == _problems(whole)
+    assert [(r.topic, r.session) for r in cut.unchecked] == [(r.topic, r.session) for r in whole.unchecked]

@@ -121,3 +121,56 @@ def test_the_documented_examples_run(example, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(example)
     runpy.run_path(str(script), run_name="docs_testing")
+
+
+@st.composite
+def faulty_fleet(draw, max_sessions: int = 6, partitions: int = 2):
+    """Sessions of one topic, each with one fault, interleaved in Kafka's order on a few partitions
+    (offsets consecutive per partition in the order drawn); each session's faulty message."""
+    count = draw(st.integers(2, max_sessions))
+    # Names drawn apart from the order of the records, so that no order of the sessions is Kafka's.
+    names = draw(st.permutations([f"s{i}" for i in range(count)]))
+    sessions, culprits = [], {}
+    for name in names:
+        session = draw(valid_session(max_messages=5, session=name, partition=draw(st.integers(0, partitions - 1))))
+        messages, bad = draw(with_fault(session, draw(st.sampled_from(FAULTS))))
+        sessions.append(messages)
+        culprits[name] = bad
+    queues = [list(s) for s in sessions]
+    out, nxt = [], {}
+    while any(queues):
+        m = draw(st.sampled_from([q for q in queues if q])).pop(0)
+        m.offset = nxt.get(m.partition, 0)
+        nxt[m.partition] = m.offset + 1
+        out.append(m)
+    return out
+
+
+@settings(_FAST, max_examples=15)
+@given(data=st.data())
+def test_of_several_sessions_violations_in_one_batch_the_verdict_is_the_first_in_kafka_order(data):
+    """``run`` stops on the violation of the lowest (topic, partition, offset) among the batch's
+    sessions (``spark.sinks.stats``); the kit's verdict is the same, whichever session it
+    judges first."""
+    messages = data.draw(faulty_fleet())
+    alone = []
+    for name in sorted({m.session for m in messages}):
+        verdict = TestDriver().pipe(m.record() for m in messages if m.session == name)
+        if verdict.violation is not None:
+            alone.append(verdict.violation)
+    fleet_verdict = TestDriver().pipe(m.record() for m in messages)
+    first = min(alone, key=lambda v: (v.topic, v.partition, v.offset), default=None)
+    assert fleet_verdict.violation == first
+    assert fleet_verdict.exit_code == (0 if first is None else 3)
+
+
+def test_of_sessions_on_one_partition_each_with_a_bad_message_the_kit_names_the_lowest_offset():
+    """The issue's case: the session named first is not the one whose bad message comes first."""
+    records = []
+    for n, name in enumerate(("a-late", "z-early")):
+        records.append({"topic": "t", "offset": n, "value": {"session": name, "seq": 0, "type": "snapshot",
+                                                              "ts": "2026-11-28T10:00:00Z"}})
+    records.append({"topic": "t", "offset": 2, "key": "z-early", "value": b"{oops"})
+    records.append({"topic": "t", "offset": 3, "key": "a-late", "value": b"{oops"})
+    verdict = TestDriver().pipe(records)
+    assert verdict.violation is not None and (verdict.violation.session, verdict.violation.offset) == ("z-early", 2)

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from reconstructor.contract.tables import RecordKind
 from reconstructor.core.session_status import SessionStatus
-from reconstructor.core.violations import ViolationKind
+from reconstructor.core.violations import KAFKA_ORDER, ViolationKind
 from reconstructor.metrics.batch_metrics import STATUSES, VIOLATION_KINDS, BatchCounts
 from reconstructor.spark.sinks.records import is_record
 
@@ -45,10 +45,11 @@ def batch_stats(batch: DataFrame, seals: bool = False) -> Row:
     return batch.agg(
         *([session_seals] if seals else []),
         F.count(F.lit(1)).alias("records"),
-        # Of several sessions' violations, the first record in Kafka order: the one a
-        # run with smaller micro-batches would have stopped at.
+        # Of several sessions' violations, the first record in Kafka order (the test kit's
+        # ``first_in_kafka_order``): the one a run reading the batch's records one at a time in
+        # that order would have stopped at.
         F.min_by("info", F.when(is_record(RecordKind.VIOLATION),
-                                F.struct("topic", "partition", "offset"))).alias("violation"),
+                                F.struct(*KAFKA_ORDER))).alias("violation"),
         F.count(F.when(is_session & (status != SessionStatus.OPEN.value), 1)).alias("closed"),
         F.count(F.when(is_recorded, 1)).alias("recorded"),
         F.count(F.when(is_recorded & (kind == DRIFT), 1)).alias("drifts"),
