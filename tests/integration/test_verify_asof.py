@@ -255,6 +255,11 @@ def test_the_violation_rows_of_a_resynced_session_deleted_are_named_by_the_fleet
                     f"{violations.version()} changed the table's data and carries no fleet seal)"), line
 
 
+def verified(output):
+    """``verify`` in this process (it starts no JVM)."""
+    return cli_in_process("verify", "--output", str(output), "--chain-key", KEY)
+
+
 def _commits(table: Path) -> dict[int, dict]:
     """The commit info of each commit the table's log holds, by version."""
     found = {}
@@ -280,16 +285,19 @@ def test_the_fleet_seal_outlives_log_cleanup_and_a_write_of_data_without_it_is_n
         os.utime(path, (days_ago, days_ago))
     Compactor(spark, str(out)).vacuum([SESSIONS])  # the product's compaction, then a checkpoint and its cleanup
     assert min(_commits(sessions)) > sealed, sorted(_commits(sessions))  # the batches' commits left the log
-    result = verify(out)
+    vacuums = [json.loads(info["userMetadata"]) for info in _commits(sessions).values()
+               if info["operation"].startswith("VACUUM")]
+    assert vacuums and all(c["reconstructor.fleet_origin"] == sealed for c in vacuums), vacuums
+    result = verified(out)
     assert result.returncode == 0, result.stderr
     assert "fleet: 4 session rows and" in result.stdout, result.stdout
 
     table = DeltaTable(str(sessions))
     table.optimize.z_order(["topic", "session"])  # a user's own OPTIMIZE: every action dataChange=false
     assert _commits(sessions)[table.version()]["operation"] == "OPTIMIZE"
-    assert verify(out).returncode == 0
+    assert verified(out).returncode == 0
     table.update(predicate=f"session = '{fleet['victim']}'", updates={"updated_at": "TIMESTAMP '2001-01-01'"})
-    line = failed_line(verify(out))
+    line = failed_line(verified(out))
     assert line == (f"reconstructor: VERIFY FAILED sessions: Delta commit {table.version()} changed the table's "
                     "data and carries no fleet seal: it was written by something other than a keyed run or replay"), line
 
