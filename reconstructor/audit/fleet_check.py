@@ -1,9 +1,9 @@
 """``verify``'s check of the fleet seal (``core.fleet_seal``): no row of ``sessions`` or ``violations``
 removed, added or replaced since the last batch sealed them.
 
-The newest fleet seal in ``sessions``' history must hold with the key and match the table's rows
+The fleet seal in force in ``sessions``' log must hold with the key and match the table's rows
 and their seals' sum.  ``violations`` must match the same seal, or, when a batch was cut between
-its ``violations`` commit and its ``sessions`` commit, the newest seal in ``violations``' history,
+its ``violations`` commit and its ``sessions`` commit, the seal in force in ``violations``' log,
 which then names the ``sessions`` seal as the one it followed (``after``).
 
 The seal in force is read from each table's log (``contract.fleet_history``): the commits after
