@@ -13,9 +13,12 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
+from pyarrow.fs import FileType
 
+from reconstructor.contract.fleet_history import SealedState, changes_data, sealed_state
 from reconstructor.contract.tables import table_path
-from reconstructor.contract.writer import FLEET_LOOKBACK, FleetRecord, fleet_in_metadata, newest_first
+from reconstructor.contract.writer import FLEET_LOOKBACK, newest_first
 from reconstructor.errors import ReconstructorError
 from reconstructor.settings import S3Settings
 
@@ -71,11 +74,24 @@ class OutputTables:
         """The table's properties (its metadata's configuration)."""
         return dict(self.table(name).metadata().configuration)
 
-    def newest_fleet(self, name: str) -> FleetRecord | None:
-        """The fleet seal of the table's newest commit that records one, among the commits its log
-        still holds; None when none does."""
-        commits = newest_first(self.table(name).history, FLEET_LOOKBACK)
-        return next((f for c in commits if (f := fleet_in_metadata(c.get("userMetadata"))) is not None), None)
+    def fleet_state(self, name: str) -> SealedState:
+        """The fleet seal in force in the table's log (``contract.fleet_history``), and the newest
+        commit after it that changed data without one."""
+        table = self.table(name)
+        store = DeltaStorageHandler(table.table_uri, self._options)
+
+        def data_changed(version: int) -> bool | None:
+            path = f"_delta_log/{version:020d}.json"
+            if store.get_file_info([path])[0].type == FileType.NotFound:
+                return None
+            commit = store.open_input_file(path)
+            try:
+                return changes_data(commit.read().decode("utf-8", errors="replace"))
+            finally:
+                commit.close()
+
+        commits = newest_first(table.history, FLEET_LOOKBACK)
+        return sealed_state(((int(c["version"]), c.get("userMetadata")) for c in commits), data_changed)
 
     def columns(self, name: str) -> list[str]:
         return [f.name for f in self.table(name).schema().fields]

@@ -376,7 +376,7 @@ def verify(args) -> int:
     # Of each table, only what the fleet seal covers (``Verification`` reads the rows again by topic).
     fleet = (FleetCheck(sessions.column("chain_seal").to_pylist() if "chain_seal" in sessions.column_names else [],
                         violations.select([c for c in VIOLATION_FIELDS if c in violations.column_names]).to_pylist(),
-                        tables.newest_fleet(SESSIONS), tables.newest_fleet(VIOLATIONS), key)
+                        tables.fleet_state(SESSIONS), tables.fleet_state(VIOLATIONS), key)
              if cfg.chain_key else None)
     check = Verification(sessions, violations, row_columns(tables.columns(ROW_CHANGES)), topics, chain_key=key,
                          sessions_properties=tables.properties(SESSIONS), fleet=fleet)

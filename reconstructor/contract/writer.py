@@ -26,6 +26,9 @@ REPLAYS_KEPT = 20
 BATCH_METADATA_KEY = "reconstructor"
 #: The key of a keyed batch's fleet seal (``core.fleet.FleetSeal``) beside it.
 FLEET_METADATA_KEY = "reconstructor.fleet"
+#: The key, beside a fleet seal a commit carries forward (``carried_metadata``), of the version of
+#: the table's commit that recorded it.
+FLEET_ORIGIN_KEY = "reconstructor.fleet_origin"
 
 
 #: The checkpoint's own file naming the output it writes (``record_output``), beside Spark's files.
@@ -174,14 +177,24 @@ def stamp_metadata(fleet: dict[str, Any]) -> str:
     return json.dumps({FLEET_METADATA_KEY: fleet}, separators=(",", ":"))
 
 
+def carried_metadata(fleet: dict[str, Any], origin: int) -> str:
+    """The ``userMetadata`` of a commit that changes no data (a compaction, a property) carrying
+    forward the fleet seal the table's commit ``origin`` recorded, so that the seal stays in the log
+    however long Delta keeps it."""
+    return json.dumps({FLEET_METADATA_KEY: fleet, FLEET_ORIGIN_KEY: origin}, separators=(",", ":"))
+
+
 @dataclass(frozen=True)
 class FleetRecord:
     """A fleet seal as a commit recorded it: its fields as written (``FleetSeal.from_json`` reads
-    them), and the writer and batch beside it (None: written at a keyed start, by no batch)."""
+    them), and the writer and batch beside it (None: written at a keyed start, by no batch);
+    ``origin``: the version of the commit that recorded it first, when this one carries it forward
+    (None: this commit recorded it)."""
 
     fleet: dict[str, Any]
     query: str | None
     batch: int | None
+    origin: int | None = None
 
 
 def fleet_in_metadata(text: str | None) -> FleetRecord | None:
@@ -195,8 +208,10 @@ def fleet_in_metadata(text: str | None) -> FleetRecord | None:
             return None
         batch = record.get(BATCH_METADATA_KEY)
         batch = batch if isinstance(batch, dict) else {}
+        origin = record.get(FLEET_ORIGIN_KEY)
         return FleetRecord(fleet, batch.get("query"),
-                           int(batch["batch"]) if isinstance(batch.get("batch"), int) else None)
+                           int(batch["batch"]) if isinstance(batch.get("batch"), int) else None,
+                           origin if isinstance(origin, int) and not isinstance(origin, bool) else None)
     except (ValueError, TypeError):
         return None
 

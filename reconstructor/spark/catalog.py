@@ -16,6 +16,7 @@ from reconstructor.contract.comments import TABLE_COMMENTS, missing_comments
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import ROW_CHANGES, TABLES, table_path
 from reconstructor.errors import ReconstructorError, UsageError, error_line
+from reconstructor.spark.carried_seal import sealed_writer
 
 #: The view of each row's versions over ``row_changes`` (the README's "history of a row").
 ROW_VERSIONS = "row_versions"
@@ -75,11 +76,12 @@ def comment_tables(spark: SparkSession, output: str, schema: RowSchema) -> int:
         current = {f.name: (f.metadata or {}).get("comment") for f in table.toDF().schema.fields}
         columns = missing_comments(name, current, schema)
         if columns:
-            spark.sql(f"ALTER TABLE {ref} ALTER COLUMN " +
-                      ", ".join(f"{quoted(c)} COMMENT {_sql_text(t)}" for c, t in columns.items()))
+            sealed_writer(spark, path).sql(f"ALTER TABLE {ref} ALTER COLUMN " +
+                                           ", ".join(f"{quoted(c)} COMMENT {_sql_text(t)}" for c, t in columns.items()))
             commits += 1
         if table_comment(spark, path) != TABLE_COMMENTS[name]:
-            spark.sql(f"ALTER TABLE {ref} SET TBLPROPERTIES ('comment' = {_sql_text(TABLE_COMMENTS[name])})")
+            sealed_writer(spark, path).sql(
+                f"ALTER TABLE {ref} SET TBLPROPERTIES ('comment' = {_sql_text(TABLE_COMMENTS[name])})")
             commits += 1
     return commits
 

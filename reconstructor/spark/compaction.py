@@ -4,7 +4,8 @@ An hour is closed once its end plus a grace period has passed; it is bin-packed 
 more files than ``min_files``, so a compacted hour is never rewritten again.  Appends only ever
 add files to open hours, so compacting a closed hour never conflicts with the stream's commits:
 that is why the stream can run it in a background thread of its own driver (the one writer that
-S3's single-driver log store allows).  ``current_rows`` and ``sessions`` are rewritten by MERGE
+S3's single-driver log store allows).  Each of its commits carries the table's fleet seal forward
+(``carried_seal``).  ``current_rows`` and ``sessions`` are rewritten by MERGE
 every batch; the stream compacts them between batches instead (``compact_live_tables``).
 """
 
@@ -32,6 +33,7 @@ from reconstructor.contract.tables import (
 )
 from reconstructor.core.compaction_schedule import wait_before_compaction
 from reconstructor.settings import SAFE_VACUUM_RETENTION
+from reconstructor.spark.carried_seal import sealed_writer
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.transactions import spark_like
@@ -101,7 +103,8 @@ class Compactor:
 
     def optimize_hour(self, hour: str) -> HourReport:
         self.lease_check()
-        table = DeltaTable.forPath(self.spark, table_path(self.output, ROW_CHANGES))
+        path = table_path(self.output, ROW_CHANGES)
+        table = DeltaTable.forPath(sealed_writer(self.spark, path), path)
         metrics = table.optimize().where(f"hour = '{hour}'").executeCompaction().collect()[0].metrics
         removed, added = metrics.filesRemoved, metrics.filesAdded
         return HourReport(hour, metrics.numFilesRemoved, self._files_in(hour),
@@ -125,8 +128,10 @@ class Compactor:
             spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         done = []
         for name in self.tables(names):
+            path = table_path(self.output, name)
+            writer = sealed_writer(spark, path)  # VACUUM START and END are commits too
             self.lease_check()
-            DeltaTable.forPath(spark, table_path(self.output, name)).vacuum(self.retention_hours)
+            DeltaTable.forPath(writer, path).vacuum(self.retention_hours)
             done.append(name)
         return done
 
@@ -149,7 +154,7 @@ def compact_live_tables(spark: SparkSession, output: str, min_files: int = 16) -
         path = table_path(output, name)
         detail = spark.sql(f"DESCRIBE DETAIL {path_ref(path)}").collect()[0]
         if detail.numFiles > min_files:
-            DeltaTable.forPath(spark, path).optimize().executeCompaction()
+            DeltaTable.forPath(sealed_writer(spark, path), path).optimize().executeCompaction()
 
 
 # A compaction that meets a concurrent commit is retried this many times, this long apart.

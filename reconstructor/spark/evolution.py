@@ -24,6 +24,7 @@ from reconstructor.contract.tables import (
     table_path,
 )
 from reconstructor.errors import ReconstructorError, UsageError, error_line
+from reconstructor.spark.carried_seal import sealed_writer
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.transactions import side_by_side
 
@@ -55,9 +56,13 @@ def evolve_tables(spark: SparkSession, output: str, schema: RowSchema) -> list[T
             raise UsageError(p.refusal)
     needed = [p for p in plans if p.needed]
     try:
-        side_by_side(spark, *[functools.partial(spark.sql, p.alter_sql(path_ref(table_path(output, p.table))))
-                              for p in needed])
+        side_by_side(spark, *[functools.partial(_alter, spark, table_path(output, p.table), p) for p in needed])
     except Exception as exc:  # any failure here is the output's
         raise ReconstructorError(
             f"cannot add the row schema's new columns to the tables under {output}: {error_line(exc)}") from exc
     return needed
+
+
+def _alter(spark: SparkSession, path: str, plan: TableEvolution) -> None:
+    """The table's one ``ALTER TABLE``, carrying its fleet seal forward."""
+    sealed_writer(spark, path).sql(plan.alter_sql(path_ref(path)))

@@ -6,9 +6,11 @@ recipe give the tables as they were; the run registered the tables by name in Sp
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
+import time
 from pathlib import Path
 
 import boto3
@@ -19,10 +21,11 @@ from deltalake import DeltaTable, write_deltalake
 
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
-from reconstructor.contract.tables import TABLES
+from reconstructor.contract.tables import SESSIONS, TABLES
 from reconstructor.errors import UsageError
 from reconstructor.settings import S3Settings
 from reconstructor.spark.catalog import comment_tables, register_tables, table_comment
+from reconstructor.spark.compaction import Compactor
 from tests.support.cli import cli, cli_in_process
 from tests.support.pipeline import current_tables, expected_all, produce
 from workbench import localstack
@@ -231,8 +234,10 @@ def test_a_whole_session_removed_from_the_four_tables_is_named_by_the_fleet_seal
     for name in TABLES:
         _deletable(out, name).delete(f"session = '{session.session}'")
     line = failed_line(verify(out))
+    deleted = DeltaTable(str(out / "sessions")).version()
     assert line == ("reconstructor: VERIFY FAILED sessions: sessions holds 3 rows; the fleet seal counts 4: a "
-                    "session's row was removed, added or replaced"), line
+                    f"session's row was removed, added or replaced (Delta commit {deleted} changed the table's data "
+                    "and carries no fleet seal)"), line
 
 
 def test_the_violation_rows_of_a_resynced_session_deleted_are_named_by_the_fleet_seal(fleet, tmp_path):
@@ -246,7 +251,55 @@ def test_the_violation_rows_of_a_resynced_session_deleted_are_named_by_the_fleet
     line = failed_line(verify(out))
     kept = int((held["session"] != fleet["victim"]).sum())
     assert line == (f"reconstructor: VERIFY FAILED violations: violations holds {kept} rows; the fleet seal counts "
-                    f"{len(held)}: a violation's row was removed, added or altered"), line
+                    f"{len(held)}: a violation's row was removed, added or altered (Delta commit "
+                    f"{violations.version()} changed the table's data and carries no fleet seal)"), line
+
+
+def verified(output):
+    """``verify`` in this process (it starts no JVM)."""
+    return cli_in_process("verify", "--output", str(output), "--chain-key", KEY)
+
+
+def _commits(table: Path) -> dict[int, dict]:
+    """The commit info of each commit the table's log holds, by version."""
+    found = {}
+    for path in (table / "_delta_log").glob("*.json"):
+        actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        found[int(path.stem)] = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    return found
+
+
+def test_the_fleet_seal_outlives_log_cleanup_and_a_write_of_data_without_it_is_named(fleet, spark, tmp_path):
+    """An idle output's compactions go on past delta.logRetentionDuration, and a checkpoint's log
+    cleanup takes every batch's commit out of sessions' log: the compaction's commits carry the
+    seal forward, so nothing edited verifies.  A user's OPTIMIZE changes no data and keeps the
+    seal; a user's write that changes data carries none and is named."""
+    out = copy_of(fleet, tmp_path)
+    sessions = out / SESSIONS
+    sealed = max(v for v, info in _commits(sessions).items() if "reconstructor.fleet" in info.get("userMetadata", ""))
+    # A short retention (Delta wants the deleted files' no longer) and a checkpoint at every commit.
+    spark.sql(f"ALTER TABLE delta.`{sessions}` SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 1 days', "
+              "'delta.deletedFileRetentionDuration' = 'interval 1 days', 'delta.checkpointInterval' = '1')")
+    days_ago = time.time() - 3 * 86_400  # Delta cleans by the log files' times, a day at a time
+    for path in (sessions / "_delta_log").iterdir():
+        os.utime(path, (days_ago, days_ago))
+    Compactor(spark, str(out)).vacuum([SESSIONS])  # the product's compaction, then a checkpoint and its cleanup
+    assert min(_commits(sessions)) > sealed, sorted(_commits(sessions))  # the batches' commits left the log
+    vacuums = [json.loads(info["userMetadata"]) for info in _commits(sessions).values()
+               if info["operation"].startswith("VACUUM")]
+    assert vacuums and all(c["reconstructor.fleet_origin"] == sealed for c in vacuums), vacuums
+    result = verified(out)
+    assert result.returncode == 0, result.stderr
+    assert "fleet: 4 session rows and" in result.stdout, result.stdout
+
+    table = DeltaTable(str(sessions))
+    table.optimize.z_order(["topic", "session"])  # a user's own OPTIMIZE: every action dataChange=false
+    assert _commits(sessions)[table.version()]["operation"] == "OPTIMIZE"
+    assert verified(out).returncode == 0
+    table.update(predicate=f"session = '{fleet['victim']}'", updates={"updated_at": "TIMESTAMP '2001-01-01'"})
+    line = failed_line(verified(out))
+    assert line == (f"reconstructor: VERIFY FAILED sessions: Delta commit {table.version()} changed the table's "
+                    "data and carries no fleet seal: it was written by something other than a keyed run or replay"), line
 
 
 def test_a_null_double_replaced_by_nan_is_named(fleet, tmp_path):

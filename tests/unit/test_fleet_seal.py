@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 from pyspark.sql import Row
 
 from reconstructor.audit.fleet_check import FleetCheck
-from reconstructor.contract.writer import FleetRecord, batch_metadata, fleet_in_metadata, newest_first, stamp_metadata
+from reconstructor.contract.fleet_history import SealedState, changes_data, sealed_state
+from reconstructor.contract.writer import (
+    FleetRecord,
+    batch_metadata,
+    carried_metadata,
+    fleet_in_metadata,
+    newest_first,
+    stamp_metadata,
+)
 from reconstructor.core.chain import ChainKey
 from reconstructor.core.fleet_seal import (
     FLEET_DOMAIN,
@@ -114,8 +122,14 @@ def test_a_row_tells_which_domain_sealed_it():
 # -- verify's check ------------------------------------------------------------------------------
 
 
+def in_log(found: FleetRecord | SealedState | None) -> SealedState:
+    """A seal as a table's whole log holds it (its commit the newest)."""
+    return found if isinstance(found, SealedState) else SealedState(found, None if found is None else 3, None, 0)
+
+
 def check(sessions, violations, in_sessions, in_violations=None, required=True):
-    fleet = FleetCheck([r["chain_seal"] for r in sessions], violations, in_sessions, in_violations, KEY)
+    fleet = FleetCheck([r["chain_seal"] for r in sessions], violations, in_log(in_sessions), in_log(in_violations),
+                       KEY)
     return fleet.check(required), fleet
 
 
@@ -245,3 +259,126 @@ def test_a_history_is_searched_newest_first_and_read_whole_only_past_its_first_l
     assert list(newest_first(history, 4)) == log and reads == [4, None]  # each commit once
     reads.clear()
     assert list(newest_first(lambda limit: (reads.append(limit), log[:3])[1], 4)) == log[:3] and reads == [4]
+
+
+# -- the seal in force in a table's log ------------------------------------------------------------
+
+CREATE = '{"commitInfo":{"operation":"CREATE TABLE"}}\n{"protocol":{"minReaderVersion":1}}\n{"metaData":{"id":"t"}}'
+WRITE = '{"commitInfo":{"operation":"MERGE"}}\n{"remove":{"path":"a","dataChange":true}}\n{"add":{"path":"b","dataChange":true}}'
+OPTIMIZE = '{"commitInfo":{"operation":"OPTIMIZE"}}\n{"remove":{"path":"b","dataChange":false}}\n{"add":{"path":"c","dataChange":false}}'
+VACUUM = '{"commitInfo":{"operation":"VACUUM START"}}'
+PROPERTY = '{"commitInfo":{"operation":"SET TBLPROPERTIES"}}\n{"metaData":{"id":"t"}}'
+
+
+def test_a_commit_changes_data_when_one_of_its_rows_actions_does_not_say_otherwise():
+    assert changes_data(WRITE) and not changes_data(OPTIMIZE) and not changes_data(VACUUM)
+    assert not changes_data(PROPERTY) and not changes_data(CREATE)
+    assert changes_data('{"add":{"path":"x"}}')  # no dataChange: Delta's default is a change
+    assert changes_data('{"cdc":{"path":"x","dataChange":true}}') and changes_data("not json")
+
+
+def test_a_carried_seal_names_its_origin_and_reads_back():
+    seal = fleet_of([session_row()], [])
+    carried = fleet_in_metadata(carried_metadata(seal.to_json(), 7))
+    assert carried is not None and carried.origin == 7 and FleetSeal.from_json(carried.fleet) == seal
+    assert record(seal).origin is None
+
+
+class Log:
+    """A table's log as the pipeline and a user write it: each commit's userMetadata and text."""
+
+    def __init__(self):
+        self.commits: list[tuple[str | None, str]] = [(None, CREATE)]
+        self.batches: list[int] = []
+
+    def state(self, first: int = 0) -> SealedState:
+        kept = list(enumerate(self.commits))[first:]
+        texts = dict((v, text) for v, (_, text) in kept)
+        return sealed_state([(v, meta) for v, (meta, _) in reversed(kept)], lambda v: changes_data(texts[v])
+                            if v in texts else None)
+
+    def batch(self) -> None:
+        version = len(self.commits)
+        seal = FleetSeal(TableSum(version, version), after=f"m{version - 1}", mac=f"m{version}")
+        self.commits.append((batch_metadata("q", version, {}, seal.to_json()), WRITE))
+        self.batches.append(version)
+
+    def compaction(self, text: str = OPTIMIZE) -> bool:
+        """The pipeline's compaction: it carries the seal in force, unless data changed since."""
+        state = self.state()
+        carries = state.record is not None and state.origin is not None and state.unsealed is None
+        self.commits.append((carried_metadata(state.record.fleet, state.origin) if carries else None, text))
+        return carries
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(("batch", "compaction", "vacuum", "optimize", "property", "edit")), max_size=14),
+       st.integers(0, 15))
+def test_the_seal_in_force_is_the_last_batchs_over_any_commits_that_change_no_data_whatever_the_log_keeps(
+        writes, cleaned):
+    """Whatever follows a batch (the pipeline's compactions, a user's OPTIMIZE or property, a user's
+    write) and wherever the log cleanup starts it: the seal is the last batch's while its commit or
+    one carrying it is in the log, and a write after it that changed data is named."""
+    log, carriers = Log(), set()
+    for write in writes:
+        if write == "batch":
+            log.batch()
+        elif write in ("compaction", "vacuum"):
+            if log.compaction(OPTIMIZE if write == "compaction" else VACUUM):
+                carriers.add(len(log.commits) - 1)
+        else:
+            log.commits.append((None, {"optimize": OPTIMIZE, "property": PROPERTY, "edit": WRITE}[write]))
+    first = min(cleaned, len(log.commits) - 1)  # the cleanup keeps the newest commit at least
+    state = log.state(first)
+    last = log.batches[-1] if log.batches else -1
+    edits = [v for v, (meta, text) in enumerate(log.commits)
+             if v >= first and v > last and meta is None and text == WRITE]
+    assert state.unsealed == (max(edits) if edits else None)
+    kept = {v for v in range(first, len(log.commits)) if v == last or (v in carriers and v > last)}
+    if kept:
+        assert state.record is not None and state.origin == last
+        assert state.record.fleet == fleet_in_metadata(log.commits[last][0]).fleet
+    else:
+        assert state.record is None and state.oldest == first  # read back to where the log starts
+
+
+def test_a_compaction_that_read_the_seal_before_a_batch_committed_gives_way_to_the_batchs():
+    log = Log()
+    log.batch()
+    stale = log.state()
+    log.batch()
+    log.commits.append((carried_metadata(stale.record.fleet, stale.origin), VACUUM))  # committed after the batch
+    state = log.state()
+    assert state.origin == 2 and state.record == fleet_in_metadata(log.commits[2][0])
+    log.compaction()  # the next one carries the batch's, and the log cleanup may then pass both
+    assert log.state(4).origin == 2
+
+
+def test_verify_passes_a_log_cleaned_past_its_seal_and_names_a_write_of_data_without_one():
+    sessions, violations = [session_row(), session_row(session="b")], [violation_row()]
+    seal = fleet_of(sessions, violations)
+    log = [(1, batch_metadata("q", 1, {}, seal.to_json()), WRITE)]
+    log += [(v, carried_metadata(seal.to_json(), 1), VACUUM) for v in (2, 3)]
+    log += [(4, None, OPTIMIZE), (5, None, PROPERTY)]  # a user's
+
+    def state(commits):
+        texts = {v: text for v, _, text in commits}
+        return sealed_state([(v, meta) for v, meta, _ in reversed(commits)],
+                            lambda v: changes_data(texts[v]) if v in texts else None)
+
+    for first in range(3):  # wherever the cleanup starts while a commit carrying the seal stays
+        assert check(sessions, violations, state(log[first:]), state([]))[0] is None, first
+    assert check(sessions, violations, state(log[3:]), state([]))[0].detail.startswith(
+        "the table's log (from its commit 4) holds no fleet seal")
+    edited = log + [(6, None, WRITE)]
+    broken = check(sessions, violations, state(edited), state([]))[0]
+    assert broken is not None and broken.table == "sessions"
+    assert broken.detail == ("Delta commit 6 changed the table's data and carries no fleet seal: it was written by "
+                             "something other than a keyed run or replay")
+    removed = check(sessions[:1], violations, state(edited), state([]))[0]
+    assert removed.detail.endswith("a session's row was removed, added or replaced (Delta commit 6 changed the "
+                                   "table's data and carries no fleet seal)")
+    # violations: a write after its own seal is named; a log that never held one is an earlier release's
+    in_violations = [(1, batch_metadata("q", 1, {}, seal.to_json()), WRITE), (2, None, WRITE)]
+    assert check(sessions, violations, state(log), state(in_violations))[0].detail.startswith("Delta commit 2 ")
+    assert check(sessions, violations, state(log), state([(1, None, WRITE), (2, None, WRITE)]))[0] is None

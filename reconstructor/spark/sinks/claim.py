@@ -22,6 +22,7 @@ from reconstructor.contract.writer import (
     with_replay,
 )
 from reconstructor.errors import UsageError
+from reconstructor.spark.carried_seal import sealed_writer
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.sinks.history import committed_offsets, writer_offsets
 from reconstructor.spark.sinks.query_id import QueryId
@@ -99,8 +100,9 @@ class WriterClaim:
 
         def record(name):
             key, value = changes[name]
-            self.tables.spark.sql(
-                f"ALTER TABLE {path_ref(self.tables.path(name))} SET TBLPROPERTIES ('{key}' = '{value}')")
+            path = self.tables.path(name)
+            sealed_writer(self.tables.spark, path).sql(
+                f"ALTER TABLE {path_ref(path)} SET TBLPROPERTIES ('{key}' = '{value}')")
 
         side_by_side(self.tables.spark, *[functools.partial(record, name) for name in changes])
         self._claimed = True

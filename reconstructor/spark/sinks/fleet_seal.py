@@ -20,26 +20,22 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from reconstructor.contract.tables import SESSIONS, VIOLATIONS, table_path
-from reconstructor.contract.writer import FLEET_LOOKBACK, FleetRecord, fleet_in_metadata, newest_first
+from reconstructor.contract.writer import FleetRecord
 from reconstructor.core.chain import ChainKey
 from reconstructor.core.fleet_seal import VIOLATION_FIELDS, FleetSeal, TableSum, session_member, violation_member
+from reconstructor.spark.carried_seal import fleet_state
 from reconstructor.spark.sinks.ahead import HistoryPoint, at_or_after, history_point
-from reconstructor.spark.sinks.history import commit_history
 
 __all__ = ["FleetLedger", "newest_fleet", "violations_sum"]
 
+
 def newest_fleet(spark: SparkSession, path: str) -> FleetRecord | None:
-    """The fleet seal of the table's newest commit that records one; None when none does (or there
-    is no table)."""
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    commits = newest_first(commit_history(DeltaTable.forPath(spark, path)), FLEET_LOOKBACK)
-    return next((f for c in commits if (f := fleet_in_metadata(c.userMetadata)) is not None), None)
+    """The fleet seal in force in the table's log; None when it holds none (or there is no table)."""
+    return fleet_state(spark, path).record
 
 
 def violations_sum(rows: DataFrame, key: ChainKey) -> TableSum:

@@ -31,6 +31,7 @@ from reconstructor.contract.tables import (
 )
 from reconstructor.contract.writer import REPLAYS_PROPERTY, WRITER_PROPERTY, TableState, data_decides, replays_of
 from reconstructor.errors import ReconstructorError, error_line
+from reconstructor.spark.carried_seal import sealed_writer
 from reconstructor.spark.catalog import path_ref
 from reconstructor.spark.transactions import side_by_side
 
@@ -78,7 +79,7 @@ class OutputTables:
         builder.execute()
         # A table created just now has the property; one that existed may be an earlier release's.
         if stats and existed and self.properties(name).get(STATS_PROPERTY) != stats[STATS_PROPERTY]:
-            self.spark.sql(f"ALTER TABLE {path_ref(self.path(name))} "
+            sealed_writer(self.spark, self.path(name)).sql(f"ALTER TABLE {path_ref(self.path(name))} "
                            f"SET TBLPROPERTIES ('{STATS_PROPERTY}' = '{stats[STATS_PROPERTY]}')")
 
     def start_creating(self) -> None:
