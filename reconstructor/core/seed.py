@@ -11,10 +11,10 @@ live writer would have judged it.
 A seed starts a session that has no state, once.  Its records up to the seed's last offset on its
 partition are the tables' already and are not applied again, in whichever micro-batch they come:
 the first may hold only some of them, and the next ones find the seed as the session's state.  It
-is kept, with the replay's
-checkpoint, until the session's state would have been removed (``expires_ms``: the row's last
-write plus ``--state-retention``), so a ``run`` on that checkpoint starts a session the replay
-never read from it too.  An ended session's seed has no rows: its table is never read again.
+is kept, with the replay's checkpoint, until the session's state would have been removed
+(``expires_ms``: the row's last write plus ``--state-retention``), so a ``run`` on that checkpoint
+starts a session the replay never read from it too.  An ended session's seed has no rows: its
+table is never read again.
 
 The seeds travel as one JSON document (``to_json``), which the checkpoint keeps and the JVM engine
 reads: row values in ``columns`` order, a time as epoch microseconds.

@@ -230,7 +230,7 @@ def replayed(batches: list[list[Message]], seeds: SessionSeeds, settings: dict, 
 
 
 @given(replays_from_the_last_snapshot(), st.data())
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_a_seeded_replay_gives_the_verdict_and_the_tables_of_one_batch_whatever_its_cuts(case, data):
     live_msgs, kept_from, time_out, stream, resent, run_settings = case
     live = TestDriver(settings=run_settings, clock=ManualClock(1_800_000_000_000))
