@@ -8,11 +8,13 @@ ended session accepted).  Its seed is its ``sessions`` row (status, seqs, offset
 head) and its table folded from ``row_changes``, so that its next record is judged exactly as the
 live writer would have judged it.
 
-A seed starts a session that has no state, once: its records up to the seed's last offset on its
-partition are the tables' already and are not applied again.  It is kept, with the replay's
-checkpoint, until the session's state would have been removed (``expires_ms``: the row's last
-write plus ``--state-retention``), so a ``run`` on that checkpoint starts a session the replay
-never read from it too.  An ended session's seed has no rows: its table is never read again.
+A seed starts a session that has no state, once.  Its records up to the seed's last offset on its
+partition are the tables' already and are not applied again, in whichever micro-batch they come:
+the first may hold only some of them, and the next ones find the seed as the session's state.  It
+is kept, with the replay's checkpoint, until the session's state would have been removed
+(``expires_ms``: the row's last write plus ``--state-retention``), so a ``run`` on that checkpoint
+starts a session the replay never read from it too.  An ended session's seed has no rows: its
+table is never read again.
 
 The seeds travel as one JSON document (``to_json``), which the checkpoint keeps and the JVM engine
 reads: row values in ``columns`` order, a time as epoch microseconds.
@@ -114,8 +116,12 @@ class SessionSeeds:
 
     def get(self, topic: str, session: str | None, now_ms: int) -> SessionSeed | None:
         """The session's seed while it applies at processing time ``now_ms``, else None."""
-        seed = self.by_session.get((topic, session)) if session is not None else None
+        seed = self.of(topic, session)
         return seed if seed is not None and now_ms < seed.expires_ms else None
+
+    def of(self, topic: str, session: str | None) -> SessionSeed | None:
+        """The session's seed, expired or not: the records it holds are the tables' at any time."""
+        return self.by_session.get((topic, session)) if session is not None else None
 
     def live(self, now_ms: int) -> SessionSeeds:
         """The seeds that still apply at ``now_ms`` (a run leaves the expired ones behind)."""
@@ -147,7 +153,9 @@ def records_after(frames: Iterator[pd.DataFrame], seed: SessionSeed) -> Iterator
             continue
         held = ((frame["partition"].to_numpy() == seed.partition)
                 & (frame["offset"].to_numpy(dtype=np.int64) <= seed.last_offset))
-        yield frame[~held] if held.any() else frame
+        # ``take`` rather than a mask: a masked frame is a view to pandas, which warns when the
+        # core then sets a column of it.
+        yield frame.take(np.flatnonzero(~held)) if held.any() else frame
 
 
 def _int(value: Any) -> int | None:

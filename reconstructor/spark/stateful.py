@@ -141,11 +141,13 @@ class SessionReconstructor:
             yield from self._on_timeout(topic, session, state)
             return
         previous = state_from_tuple(state.get, self.schema) if state.exists else None
+        held = self.session_seeds.of(topic, session) if self.session_seeds else None
         seed = self._seed(topic, session, state)
         known = chain_head(state.get[_AT["table"]]) if state.exists else None
-        if seed is not None:  # a replay's session the tables hold: it starts where they have it
+        if held is not None:  # a replay's session the tables hold: their records are not applied again
+            frames = records_after(frames, held)
+        if seed is not None:  # and with no state yet, it starts where they have it
             previous, known = seed.state(self.schema, self.session_seeds.columns), seed.chain_head
-            frames = records_after(frames, seed)
         lost = self._lost(topic, session, previous)
         if lost is not None:  # set aside before its records: they come after the records lost
             previous = quarantine(previous, lost, self.schema)
@@ -162,6 +164,8 @@ class SessionReconstructor:
         if result.state is previous and lost is None:  # records set aside only: the session is as it was
             if seed is not None:
                 self._keep_seed(state, seed, previous)
+            elif held is not None and _as_seeded(previous, held):  # the kept seed: the same call again
+                self._arm_seed_timeout(state, held, previous.status)
             else:
                 self._arm_timeout(state, previous.status, has_table=state.get[_AT["table"]] is not None)
             return
@@ -192,15 +196,20 @@ class SessionReconstructor:
 
     def _keep_seed(self, state: GroupState, seed: SessionSeed, seeded: SessionState) -> None:
         """A seeded session none of whose records applied (the tables hold them, or they were set
-        aside) keeps its seed as its state: a timed-out or ended one until the seed expires, as the
-        live writer would have removed it; an open or quarantined one as any call arms it."""
+        aside) keeps its seed as its state."""
         ended = seeded.status == SessionStatus.ENDED
         row = state_to_tuple(seeded, self.schema, seed.chain_head)
         state.update(_with(row, table=None) if ended else row)
-        if seeded.status in (SessionStatus.TIMED_OUT, SessionStatus.ENDED):
+        self._arm_seed_timeout(state, seed, seeded.status)
+
+    def _arm_seed_timeout(self, state: GroupState, seed: SessionSeed, status: SessionStatus) -> None:
+        """The timeout of a session kept as its seed: a timed-out or ended one until the seed
+        expires, as the live writer would have removed it; an open or quarantined one as any call
+        arms it."""
+        if status in (SessionStatus.TIMED_OUT, SessionStatus.ENDED):
             state.setTimeoutDuration(max(1, seed.expires_ms - state.getCurrentProcessingTimeMs()))
         else:
-            self._arm_timeout(state, seeded.status, has_table=True)
+            self._arm_timeout(state, status, has_table=True)
 
     def _lost(self, topic: str, session: str, previous: SessionState | None) -> ViolationRecord | None:
         """The session's own ``DATA_LOSS`` row when a loss on its partition reaches it, else None."""
@@ -295,6 +304,12 @@ class SessionReconstructor:
         make float64)."""
         typed = {k: pd.array(v, dtype="Int64") if k in INT_COLUMNS else v for k, v in data.items()}
         return pd.DataFrame(typed).reindex(columns=self.columns)
+
+
+def _as_seeded(state: SessionState, seed: SessionSeed) -> bool:
+    """Whether a session's state is still its seed's: nothing applied since, status unchanged."""
+    return (state.status == seed.status and state.partition == seed.partition
+            and state.last_offset == seed.last_offset)
 
 
 def _plus_one(values, value):

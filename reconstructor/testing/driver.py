@@ -23,7 +23,9 @@ from reconstructor import settings as config
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import RecordKind
 from reconstructor.core.record_parse import KafkaRecord
+from reconstructor.core.seed import SessionSeeds
 from reconstructor.core.state import SessionState
+from reconstructor.core.step_spec import StepStart
 from reconstructor.core.timestamps import from_epoch_millis
 from reconstructor.core.violations import ViolationRecord, first_in_kafka_order
 from reconstructor.errors import EXIT_INTEGRITY
@@ -88,7 +90,9 @@ class TestDriver:
     the batches' processing time in epoch milliseconds (default: a ``ManualClock`` at the wall
     time of the driver's creation; move it with ``advance``).  A session silent past its timeout
     times out in the next batch whose time reaches it, as in a run (``pipe([])`` is a batch
-    without records).
+    without records).  ``seeds`` (``core.seed``) make the driver a ``replay --from-last-snapshot``:
+    the seeded sessions start where the tables hold them, and a session's updates before its
+    snapshot await it.
 
     Once a batch stops the run (exit 3), the batch is not applied, as in a run, and every later
     ``pipe`` returns the same verdict without reading its records.
@@ -97,13 +101,14 @@ class TestDriver:
     __test__ = False  # a product class, not a test case for pytest to collect
 
     def __init__(self, schema: RowSchema | None = None, settings: Settings | Mapping[str, Any] | None = None, *,
-                 clock: Callable[[], int] | None = None):
+                 clock: Callable[[], int] | None = None, seeds: SessionSeeds | None = None):
         self.settings = settings if isinstance(settings, Settings) else config.load(
             None, env={}, flags=dict(settings or {}))
         self.schema = schema if schema is not None else RowSchema.load(self.settings.row_schema)
         self.spec = self.settings.step_spec(self.schema)
         self.clock: Callable[[], int] = clock if clock is not None else ManualClock()
-        self._runner = StepRunner(self.spec, self.clock)
+        start = StepStart(session_seeds=seeds, await_snapshot=True) if seeds is not None else StepStart()
+        self._runner = StepRunner(self.spec, self.clock, start=start)
         self._tables = DriverTables(self.schema)
         self._offsets = _Offsets()
         self.verdict = Verdict()

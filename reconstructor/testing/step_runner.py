@@ -23,7 +23,7 @@ from reconstructor.contract.tables import RECORD_FIELDS, column_names
 from reconstructor.core.frames import INPUT, VALUE, null_mask, nullable_longs
 from reconstructor.core.record_parse import KafkaRecord, parse_record
 from reconstructor.core.state import SessionState
-from reconstructor.core.step_spec import StepSpec
+from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
 from reconstructor.testing.group_state import GroupState, StoredState
 
 GroupKey = tuple[str, str | None]
@@ -42,16 +42,18 @@ class StepRunner:
     """The stateful step over batches of records, its state kept between them.
 
     ``kinds``: the output records kept (all when None): a caller that needs only the sessions and
-    the recorded violations spares the conversion of every change row."""
+    the recorded violations spares the conversion of every change row.  ``start``: what the query's
+    start adds (``core.step_spec``), a replay's seeds for one."""
 
-    def __init__(self, spec: StepSpec, clock: Callable[[], int], kinds: frozenset[str] | None = None):
+    def __init__(self, spec: StepSpec, clock: Callable[[], int], kinds: frozenset[str] | None = None,
+                 start: StepStart = NO_START):
         from reconstructor.spark.stateful import SessionReconstructor  # imports no JVM
 
         self.spec = spec
         self.schema: RowSchema = spec.schema
         self.clock = clock
         self.kinds = kinds
-        self._step = SessionReconstructor(spec)
+        self._step = SessionReconstructor(spec, start)
         self._store: dict[GroupKey, StoredState] = {}
         self._output = column_names(RECORD_FIELDS, self.schema)
 

@@ -24,7 +24,8 @@ from reconstructor.core.seed import NO_SEEDS, SessionSeed, SessionSeeds
 from reconstructor.core.session_status import SessionStatus
 from reconstructor.core.step_spec import StepSpec, StepStart
 from reconstructor.spark.stateful import SessionReconstructor
-from reconstructor.testing.strategies import micro_batches, valid_session
+from reconstructor.testing import ManualClock, Message, TestDriver
+from reconstructor.testing.strategies import fleet, micro_batches, valid_session
 from tests.support.groupstate import group_state
 from tests.support.model import SCHEMA, Msg, to_frame
 
@@ -159,3 +160,127 @@ def test_seeds_round_trip_through_their_json_and_expire():
     assert again.get("t", "s", 1000) is None and len(again.live(1000)) == 0
     ended = SessionSeed.from_tables({**row, "status": "ended"}, table, expires_ms=1000)
     assert ended.rows == ()
+
+
+#: ``run``'s settings for the live run and the replay: a timeout the live run's clock may pass.
+LIVE = {"session_timeout": "10 seconds", "state_retention": "10 minutes"}
+#: Columns a batch stamps with its own time.
+_STAMPS = ("updated_at", "detected_at")
+
+
+def _us(value) -> int | None:
+    return None if value is None else pd.Timestamp(value).value // 1000
+
+
+def replay_seeds(driver: TestDriver, starts: dict[int, int], retention_ms: int) -> SessionSeeds:
+    """The seeds ``replay --from-last-snapshot`` reads from the driver's tables
+    (``spark.session_seeds``): the sessions whose snapshot lies before their partition's start (or
+    who have none), within the retention of their last write; their tables folded from
+    ``row_changes`` up to their last applied offset."""
+    tables = driver.tables
+    held = [r for r in tables["sessions"].to_pylist()
+            if r["snapshot_offset"] is None or r["snapshot_offset"] < starts[r["partition"]]]
+    fold = ChangeFold(SCHEMA.names)
+    fold.add(tables["row_changes"])
+    seeds = {}
+    for r in held:
+        expires_ms = _us(r["updated_at"]) // 1000 + retention_ms
+        if expires_ms > driver.clock():
+            row = {**r, "started_us": _us(r["started_ts"]), "last_event_us": _us(r["last_event_ts"])}
+            seeds[(r["topic"], r["session"])] = SessionSeed.from_tables(row, fold.table(r["topic"], r["session"]),
+                                                                        expires_ms)
+    return SessionSeeds(tuple(SCHEMA.names), seeds)
+
+
+def tables_of(driver: TestDriver) -> dict:
+    """Each table's rows in a fixed order (the appends are in the order of their batches' groups)."""
+    def order(row: dict) -> tuple:
+        return tuple((v is None, str(v)) for v in row.values())
+    return {name: sorted(table.drop_columns([c for c in _STAMPS if c in table.column_names]).to_pylist(), key=order)
+            for name, table in driver.tables.items()}
+
+
+@st.composite
+def replays_from_the_last_snapshot(draw):
+    """A fleet's live run up to a switch (its silent sessions maybe timed out), then its records
+    before a drawn offset per partition gone from Kafka, and the replay of what Kafka still holds
+    from each partition's planned start: the live run's records and what followed the switch, and
+    maybe one session sent again whole at its partition's end (DUPLICATE, or AFTER_END once it
+    ended)."""
+    msgs = draw(fleet(max_sessions=3, partitions=2, max_messages=8))
+    switch = draw(st.integers(1, len(msgs)))
+    live = msgs[:switch]
+    kept_from = {p: draw(st.integers(0, sum(m.partition == p for m in live))) for p in (0, 1)}
+    again: list[Message] = []
+    if draw(st.booleans()):
+        resent = draw(st.sampled_from(sorted({m.session for m in msgs})))
+        ends = {p: sum(m.partition == p for m in msgs) for p in (0, 1)}
+        again = [Message(**{**m.__dict__, "offset": ends[m.partition] + i})
+                 for i, m in enumerate(m for m in msgs if m.session == resent)]
+    settings = {**LIVE, **({"on_violation": "quarantine"} if draw(st.booleans()) else {})}
+    return live, kept_from, draw(st.booleans()), msgs + again, bool(again), settings
+
+
+def replayed(batches: list[list[Message]], seeds: SessionSeeds, settings: dict, now_ms: int) -> TestDriver:
+    driver = TestDriver(settings=settings, clock=ManualClock(now_ms), seeds=seeds)
+    for batch in batches:
+        if not driver.pipe(m.record() for m in batch).ok:
+            break
+    return driver
+
+
+@given(replays_from_the_last_snapshot(), st.data())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_seeded_replay_gives_the_verdict_and_the_tables_of_one_batch_whatever_its_cuts(case, data):
+    live_msgs, kept_from, time_out, stream, resent, run_settings = case
+    live = TestDriver(settings=run_settings, clock=ManualClock(1_800_000_000_000))
+    assert live.pipe(m.record() for m in live_msgs).ok
+    if time_out:
+        live.advance(10_000)
+        live.pipe([])
+    # As ``replay_plan.plan_from_last_snapshot``: each partition starts at the smallest snapshot
+    # offset of its open sessions that Kafka still holds, else at the earliest offset it holds.
+    sessions = live.tables["sessions"].to_pylist()
+    starts = {p: min([r["snapshot_offset"] for r in sessions if r["partition"] == p and r["status"] == "open"
+                      and r["snapshot_offset"] >= kept_from[p]], default=kept_from[p]) for p in (0, 1)}
+    seeds = replay_seeds(live, starts, RETENTION_MS)
+    records = [m for m in stream if m.offset >= starts[m.partition]]
+    now_ms = live.clock()
+
+    whole = replayed([records], seeds, run_settings, now_ms)
+    cut = replayed(data.draw(micro_batches(records)), seeds, run_settings, now_ms)
+    assert cut.verdict == whole.verdict
+    if not resent:
+        assert whole.verdict.ok, "a replay of a valid stream is exact"
+    if not whole.verdict.ok:
+        return
+    for replay in (whole, cut):  # past the timeout: each session's timeout is as the cuts left it
+        replay.advance(10_000)
+        replay.pipe([])
+    assert tables_of(cut) == tables_of(whole)
+    assert states_of(cut, stream) == states_of(whole, stream)
+
+
+def states_of(driver: TestDriver, stream: list[Message]) -> dict:
+    def kept(state):
+        return None if state is None else (state.status, state.last_seq, state.last_offset, state.row_count)
+    return {m.session: kept(driver.state(m.topic, m.session)) for m in stream}
+
+
+def test_a_timed_out_session_kept_as_its_seed_keeps_its_seed_s_timeout_through_later_batches():
+    """Its held records over two batches: the second applies nothing, and the session stays until
+    its seed expires, as after one batch (a timeout would remove it from the state)."""
+    msgs = [Message(seq=0, type="snapshot", rows=[{"id": "a", "values": {}}], offset=0),
+            *(Message(seq=i, type="update", offset=i) for i in (1, 2, 3))]
+    live = TestDriver(settings=LIVE, clock=ManualClock(1_800_000_000_000))
+    assert live.pipe(m.record() for m in msgs).ok
+    live.advance(10_000)
+    live.pipe([])
+    seeds = replay_seeds(live, {0: 1, 1: 0}, RETENTION_MS)  # the snapshot gone from Kafka
+    held = msgs[1:]
+    whole = replayed([held], seeds, LIVE, live.clock())
+    cut = replayed([held[:1], held[1:]], seeds, LIVE, live.clock())
+    for replay in (whole, cut):
+        replay.advance(10_000)
+        assert replay.pipe([]).ok
+    assert states_of(whole, msgs) == states_of(cut, msgs) == {"s1": (SessionStatus.TIMED_OUT, 3, 3, 1)}

@@ -177,11 +177,16 @@ final class EngineSettings implements Serializable {
 
   /** The seed a session with no state starts from at processing time {@code nowMs}, or null. */
   Seed seed(String topic, String session, long nowMs) {
+    Seed seed = heldSeed(topic, session);
+    return seed != null && nowMs < seed.expiresMs ? seed : null;
+  }
+
+  /** The session's seed, expired or not: the records it holds are the tables' at any time. */
+  Seed heldSeed(String topic, String session) {
     if (sessionSeeds.isEmpty() || session == null) {
       return null;
     }
-    Seed seed = sessionSeeds.get(topic + "\u0000" + session);
-    return seed != null && nowMs < seed.expiresMs ? seed : null;
+    return sessionSeeds.get(topic + "\u0000" + session);
   }
 
   /** What this object read, field by field, as JSON ({@link Engine#describe}). */

@@ -5,6 +5,7 @@ import java.util.Collections;
 import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Objects;
 import java.util.Set;
 
 import org.apache.spark.api.java.function.FlatMapGroupsWithStateFunction;
@@ -55,12 +56,15 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
     }
     String known = SessionTable.head(blob);
     List<Message> msgs = Message.gather(rows, in, nested);
+    EngineSettings.Seed held = cfg.heldSeed(topic, session);
     EngineSettings.Seed seed = stored == null ? cfg.seed(topic, session, state.getCurrentProcessingTimeMs()) : null;
-    if (seed != null) {  // a replay's session the tables hold: it starts where they have it
+    if (held != null) {  // a replay's session the tables hold: their records are not applied again
+      msgs = recordsAfter(msgs, held.state);
+    }
+    if (seed != null) {  // and with no state yet, it starts where they have it
       previous = seed.state.copy();
       previous.table = seed.state.table.copy();
       known = seed.chainHead;
-      msgs = recordsAfter(msgs, seed.state);
     }
     Violation lost = cfg.quarantine ? cfg.lossReaching(topic, session, previous) : null;
     if (lost != null) {  // set aside before its records: they come after the records lost
@@ -86,6 +90,8 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
     if (!result.changed && lost == null) {  // records set aside only: the session is as it was
       if (seed != null) {
         keepSeed(state, seed, previous);
+      } else if (held != null && asSeeded(previous, held.state)) {  // the kept seed: the same call again
+        armSeedTimeout(state, held, previous.status);
       } else {
         armTimeout(state, previous.status, blob != null);
       }
@@ -137,17 +143,28 @@ final class StateFunction implements FlatMapGroupsWithStateFunction<Row, Row, Ro
     return after;
   }
 
-  /** A seeded session none of whose records applied keeps its seed as its state: a timed-out or
-   * ended one until the seed expires, as the live writer would have removed it; an open or
-   * quarantined one as any call arms it. */
+  /** A seeded session none of whose records applied (the tables hold them, or they were set
+   * aside) keeps its seed as its state. */
   private void keepSeed(GroupState<Row> state, EngineSettings.Seed seed, SessionState seeded) {
     boolean ended = seeded.is(SessionState.ENDED);
     state.update(seeded.toRow(fields, ended ? null : SessionTable.dump(seeded.table, cfg.names, cfg.types, seed.chainHead)));
-    if (ended || seeded.is(SessionState.TIMED_OUT)) {
+    armSeedTimeout(state, seed, seeded.status);
+  }
+
+  /** The timeout of a session kept as its seed: a timed-out or ended one until the seed expires,
+   * as the live writer would have removed it; an open or quarantined one as any call arms it. */
+  private void armSeedTimeout(GroupState<Row> state, EngineSettings.Seed seed, String status) {
+    if (SessionState.ENDED.equals(status) || SessionState.TIMED_OUT.equals(status)) {
       state.setTimeoutDuration(Math.max(1, seed.expiresMs - state.getCurrentProcessingTimeMs()));
     } else {
-      armTimeout(state, seeded.status, true);
+      armTimeout(state, status, true);
     }
+  }
+
+  /** Whether a session's state is still its seed's: nothing applied since, status unchanged. */
+  private static boolean asSeeded(SessionState st, SessionState seed) {
+    return st.status.equals(seed.status) && st.partition == seed.partition
+        && Objects.equals(st.lastOffset, seed.lastOffset);
   }
 
   /** A session record, with its row's seal (the Python engine's {@code core.seal}). */
