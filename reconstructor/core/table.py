@@ -198,8 +198,10 @@ def rows_back(columns: dict[str, Any], state: SessionState, resumed_from: Sessio
                        seq=resumed_from.last_seq, type="update", row_pos=-1, op="upsert",
                        event_ts=resumed_from.last_event_ts,
                        kafka_ts=pd.NaT)  # type: ignore[arg-type]  # pandas-stubs leave NaT out of assign's scalars
-    frame = pd.concat([pd.DataFrame(columns, copy=False), back[list(CHANGE) + schema.names]],
-                      ignore_index=True)
+    changed, back = pd.DataFrame(columns, copy=False), back[list(CHANGE) + schema.names]
+    # A batch that changed no row has no change rows: pandas would take a dtype from that empty
+    # frame's columns (and warns that it will), so the rows brought back stand alone.
+    frame = pd.concat([changed, back], ignore_index=True) if len(changed) else back.reset_index(drop=True)
     return columns_of(_int_columns(coerce_times(coerce_columns(frame, schema))))
 
 

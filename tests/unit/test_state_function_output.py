@@ -130,6 +130,22 @@ def test_a_timed_out_session_keeps_its_table_and_resumes_exactly_with_the_next_s
     assert call(fn, [], forgotten) == [] and forgotten._removed
 
 
+def test_a_timed_out_session_resumed_by_an_update_of_no_rows_gets_its_rows_back_without_a_pandas_warning():
+    """An update that changes no row gives the batch no change rows: the rows brought back are the
+    whole output (pandas warns, an error under the tests' settings, on a concatenation with an
+    empty frame)."""
+    fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS))
+    snapshot = Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {"temperature": 1.0}}])
+    state = process_batch("sensor-1", "s1", [to_frame([snapshot])], None, SCHEMA).state
+    silent = group_state(state, timed_out=True)
+    call(fn, [], silent)
+    resumed = _group_state(silent.get)
+    (out,) = call(fn, [typed(to_frame([Msg(1, "update", offset=1, rows=[])]))], resumed)
+    assert list(out["record"]) == [RecordKind.CURRENT, RecordKind.SESSION]
+    assert out["row_id"][0] == "a" and out["temperature"][0] == 1.0 and (out["seq"][0], out["offset"][0]) == (0, 0)
+    assert json.loads(out["info"].iloc[-1])["last_seq"] == 1
+
+
 def test_an_ended_session_keeps_its_scalars_after_its_timeout_so_a_resent_session_is_after_end():
     fn = SessionReconstructor(StepSpec(SCHEMA, session_timeout_ms=60_000, state_retention_ms=RETENTION_MS))
     msgs = [Msg(0, "snapshot", offset=0, rows=[{"id": "a", "values": {}}]), Msg(1, "end", offset=1)]
