@@ -61,6 +61,11 @@ class LeaseLost(ReconstructorError):
     """The driver no longer holds the output's writer lease: it stops before its next write."""
 
 
+class WritesUnknown(ReconstructorError):
+    """Which writes a batch stopped inside an earlier attempt committed cannot be told from the
+    tables' logs: the batch stops for good, as every start on the checkpoint finds the same logs."""
+
+
 class Rejected(ReconstructorError):
     """A record the session table refuses (a flawed snapshot, a delete of an unknown row).
 

@@ -65,21 +65,26 @@ class FoundWrites:
 NOTHING_FOUND = FoundWrites(frozenset())
 
 
-def found_writes(commits: Iterable[tuple[int, str | None]], query_id: str, batch_id: int) -> FoundWrites | None:
+def found_writes(commits: Iterable[tuple[int, int, str | None]], query_id: str, batch_id: int,
+                 planned_at: int | None = None) -> FoundWrites | None:
     """What ``query_id``'s batch ``batch_id`` committed to a table, from its commits (version,
-    ``userMetadata``), newest first.
+    time in epoch milliseconds, ``userMetadata``), newest first; ``planned_at``: when the
+    checkpoint planned the batch (``planned_at``).
 
     The search ends at the writer's first commit of an earlier batch: its later batches' commits
     are all newer.  A commit of a later batch (a checkpoint that went back) counts as this
-    batch's too, as Delta's transaction ids counted it.  None when the commits ran out before the
-    table's first commit without reaching an earlier batch: the log no longer holds what the
-    writer committed (``delta.logRetentionDuration``), so whether the batch did cannot be told.
+    batch's too, as Delta's transaction ids counted it.  When the commits run out before the
+    table's first commit without reaching an earlier batch (a new query's first batch has none),
+    the log may no longer hold what the writer committed (``delta.logRetentionDuration``): the
+    search then still tells when the oldest commit the log keeps is older than the batch's plan,
+    since the log keeps every commit newer than that one and the batch committed nothing before
+    it was planned.  Else None: whether the batch committed cannot be told.
     """
     done: set[str] = set()
     earlier_release = False
-    oldest = None
-    for version, metadata in commits:
-        oldest = version
+    oldest: tuple[int, int] | None = None
+    for version, millis, metadata in commits:
+        oldest = (version, millis)
         record = batch_record(metadata)
         if record is None or record.get("query") != query_id or not isinstance(record.get("batch"), int):
             continue
@@ -90,6 +95,35 @@ def found_writes(commits: Iterable[tuple[int, str | None]], query_id: str, batch
             done.add(write)
         else:
             earlier_release = True
-    if oldest is not None and oldest > 0 and not done and not earlier_release:
+    kept_since_plan = oldest is None or oldest[0] == 0 or (planned_at is not None and oldest[1] < planned_at)
+    if not kept_since_plan and not done and not earlier_release:
         return None
     return FoundWrites(frozenset(done), earlier_release)
+
+
+def planned_at(offsets_modified: int, offsets_text: str) -> int:
+    """When the checkpoint planned a batch, in epoch milliseconds, from its ``offsets/<batch>``
+    file: the earlier of the file's modification time (the storage's clock, which stamps Delta's
+    commit files too) and the ``batchTimestampMs`` inside it (the clock of the driver that
+    planned the batch and wrote its commits, which stamps them where in-commit timestamps are
+    on).  Every commit of the batch is later by either clock."""
+    lines = [line for line in offsets_text.lstrip("\x00").splitlines() if line.strip()]
+    try:
+        stamped = int(json.loads(lines[1])["batchTimestampMs"])
+    except (IndexError, KeyError, TypeError, ValueError):
+        return offsets_modified
+    return min(offsets_modified, stamped)
+
+
+def unknown_writes_line(batch_id: int, path: str, replay: bool) -> str:
+    """Why a batch whose writes cannot be told (``found_writes`` None) stops, and what works.  The
+    same replay again, into the same output from a new checkpoint: a replay inserts only the
+    changes the tables lack, and a new query's first batch looks for nothing.  A run cannot carry
+    on from such a replay (a takeover needs its writer's commits, which the log lost), so it
+    replays into a new output."""
+    head = (f"cannot tell which writes of batch {batch_id} reached {path}: the batch did not end, and the "
+            "table's log no longer holds the commits made since it was planned (older than "
+            "delta.logRetentionDuration); ")
+    if replay:
+        return head + "run the same replay again with a new --checkpoint (it inserts only what the tables lack)"
+    return head + "replay into a new output instead"

@@ -7,14 +7,18 @@ EMR step get the same RocksDB state store, Delta extensions and S3A wiring.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from reconstructor.settings import S3Settings
+from reconstructor.settings.secrets import is_secret
 from reconstructor.spark.class_archive import class_archive, with_class_archive
 from reconstructor.spark.jvm_gateway import jvm_of
 
@@ -82,11 +86,66 @@ def build_spark(
         builder = builder.master(master)
     settings = spark_settings(master, s3=s3, jars_dir=jars_dir, shuffle_partitions=shuffle_partitions,
                               conf=conf)
+    launched = _launches_jvm()
+    secrets = {key: value for key, value in settings.items() if launched and is_secret(key)}
     for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+        if key not in secrets:
+            builder = builder.config(key, value)
+    with secrets_file(secrets):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("RECON_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def _launches_jvm() -> bool:
+    """Whether ``getOrCreate`` will start the driver's JVM (through ``spark-submit``), rather than
+    hand its settings over Py4J to one that runs already."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+
+
+@contextlib.contextmanager
+def secrets_file(secrets: Mapping[str, str]) -> Iterator[None]:
+    """Spark settings that hold secrets (``is_secret``: the S3 keys, a ``[spark]`` secret) handed to
+    the JVM that ``getOrCreate`` starts in a properties file only this user can read, removed once
+    it has started.
+
+    pyspark hands every other setting to ``spark-submit`` as ``--conf key=value`` arguments, which
+    three processes (two launcher scripts and the JVM) keep in their command lines, where any
+    local user reads them (``ps``).  The file takes them to the JVM's SparkConf as the arguments
+    would, so a cluster's executors get them from the driver as they get every setting; its path
+    alone is an argument.  (Spark trims the ends of a value read from such a file.)"""
+    if not secrets:
+        yield
+        return
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    fd, path = tempfile.mkstemp(prefix="reconstructor-", suffix=".properties")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(java_properties(secrets))
+        # --load-spark-defaults: spark-defaults.conf is read as without a properties file.
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (f"--properties-file {shlex.quote(path)} --load-spark-defaults "
+                                             f"{submit_args or 'pyspark-shell'}")
+        yield
+    finally:
+        if submit_args is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
+        os.unlink(path)
+
+
+def java_properties(settings: Mapping[str, str]) -> str:
+    """``settings`` in the text of a Java properties file (UTF-8, as Spark reads one)."""
+    def escaped(text: str, key: bool) -> str:
+        out = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(
+            "\t", "\\t").replace("\f", "\\f")
+        if key:
+            for c in "=: #!":
+                out = out.replace(c, "\\" + c)
+        return "\\" + out if out.startswith(" ") else out
+    return "".join(f"{escaped(k, True)}={escaped(v, False)}\n" for k, v in settings.items())
 
 
 def delta_on_classpath(spark: SparkSession) -> bool:

@@ -60,6 +60,17 @@ def read_checkpoint_file(spark: SparkSession, location: str, relative: str) -> s
         stream.close()
 
 
+def checkpoint_file_modified(spark: SparkSession, location: str, relative: str) -> int | None:
+    """When ``location/relative`` was last written, in epoch milliseconds by the storage's clock;
+    None when it is absent."""
+    jvm = jvm_of(spark)
+    path = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), relative)
+    fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+    if not fs.exists(path):
+        return None
+    return int(fs.getFileStatus(path).getModificationTime())
+
+
 def write_checkpoint_file(spark: SparkSession, location: str, relative: str, text: str) -> None:
     """Write ``text`` to ``location/relative``, replacing it atomically, the way Spark writes its
     own checkpoint files (``CheckpointFileManager.createAtomic``): a crash leaves the old file or

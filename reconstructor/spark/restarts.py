@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from reconstructor.errors import IntegrityViolationError, LeaseLost, StoppedBySignal, UsageError
+from reconstructor.errors import IntegrityViolationError, LeaseLost, StoppedBySignal, UsageError, WritesUnknown
 from reconstructor.settings.durations import Trigger
 
 #: Restarts a continuous run allows in a row (an available-now run allows none unless set).
@@ -47,10 +47,11 @@ def transient(exc: BaseException) -> bool:
     """Whether a start from the same checkpoint may succeed where this failure happened.
 
     A violation is in the data and a usage error in the settings: both fail again the same way.
-    A lost writer lease means another driver writes the output now.
+    A lost writer lease means another driver writes the output now; a batch whose earlier
+    attempt's writes cannot be told finds the same logs again.
     A signal (SIGINT, SIGTERM), an interrupt or SystemExit is the operator's wish to stop."""
     return isinstance(exc, Exception) and not isinstance(
-        exc, (IntegrityViolationError, UsageError, StoppedBySignal, LeaseLost))
+        exc, (IntegrityViolationError, UsageError, StoppedBySignal, LeaseLost, WritesUnknown))
 
 
 def attempts_for(trigger: Trigger, restart_attempts: int | None) -> int:

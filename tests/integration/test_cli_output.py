@@ -9,10 +9,12 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 
 import pytest
 
 from tests.integration.test_verdicts import send, snapshot, update
+from tests.support.cli import ArgumentScan
 from tests.support.kafka import create_topics
 
 pytestmark = pytest.mark.integration
@@ -49,26 +51,60 @@ def assert_only_own_lines(ran) -> None:
         assert any(p.match(line) for p in OWN_LINES), f"not the CLI's own line: {line!r}"
 
 
+def _secret_config(stack, run_id: str, path) -> tuple[list[str], str]:
+    """A config file that sets every kind of secret the settings hold (the S3 keys, the chain key,
+    a ``[kafka]`` and a ``[spark]`` one), each a value found nowhere else, and a ``[spark]`` marker
+    that is no secret; the secrets and the marker."""
+    access, secret, chain, sasl, account = (f"{kind}-{run_id}-{uuid.uuid4().hex}" for kind in
+                                            ("s3access", "s3secret", "chainkey", "saslpassword", "accountkey"))
+    marker = f"marker-{run_id}-{uuid.uuid4().hex}"
+    path.write_text(f"""chain_key = "{chain}"
+[s3]
+endpoint = "{stack.s3_endpoint()}"
+region = "{stack.S3_REGION}"
+path_style = true
+access_key = "{access}"
+secret_key = "{secret}"
+[kafka]
+"sasl.jaas.config" = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="{sasl}";'
+[spark]
+"spark.hadoop.fs.azure.account.key.recon.dfs.core.windows.net" = "{account}"
+"spark.reconstructor.test.marker" = "{marker}"
+""")
+    return [access, secret, chain, sasl, account], marker
+
+
 def test_run_and_replay_print_only_their_own_lines_and_v_brings_back_sparks(stack, run_id, tmp_path):
     bootstrap, topic = stack.bootstrap_servers(), f"quiet{run_id}-sensor-0"
     create_topics(bootstrap, {topic: 1})
     send(bootstrap, topic, "s-1", [snapshot(1), update(2, "a"), update(3, "b")])
-    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
-    run = ["run", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--compact-every", "off"]
+    # On S3, with every kind of secret set (the config file's): no process shows one in its
+    # command line, for any local user to read.
+    secrets, marker = _secret_config(stack, run_id, tmp_path / "secrets.toml")
+    root = f"s3a://{stack.S3_BUCKET}/quiet{run_id}"
+    run = ["run", "--config", str(tmp_path / "secrets.toml"), "--bootstrap-servers", bootstrap, "--topic-pattern",
+           topic, "--compact-every", "off"]
+    file_only = {name: None for name in ("RECON_S3_ENDPOINT", "RECON_S3_REGION", "RECON_S3_PATH_STYLE",
+                                         "RECON_S3_ACCESS_KEY", "RECON_S3_SECRET_KEY", "RECON_CHAIN_KEY")}
 
-    ran = cli(*run, "--output", out, "--checkpoint", chk)
+    with ArgumentScan(secrets, marker) as scan:
+        ran = cli(*run, "--output", f"{root}/out", "--checkpoint", f"{root}/chk", env=file_only)
     assert ran.returncode == 0, ran.stderr[-3000:]
+    assert scan.seen, "the scan never saw the run's driver"
+    assert not scan.found, scan.found
     assert ran.stdout == ""
     assert_only_own_lines(ran)
     assert any(line.startswith("batch 0: 3 records") for line in lines(ran.stderr)), ran.stderr
 
-    replayed = cli("replay", "--bootstrap-servers", bootstrap, "--topic-pattern", topic, "--output", out,
-                   "--checkpoint", str(tmp_path / "replay-chk"), "--from", json.dumps({topic: {"0": 0}}))
+    replayed = cli("replay", "--config", str(tmp_path / "secrets.toml"), "--bootstrap-servers", bootstrap,
+                   "--topic-pattern", topic, "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "replay-chk"),
+                   "--from", json.dumps({topic: {"0": 0}}), env=file_only)
     assert replayed.returncode == 0, replayed.stderr[-3000:]
     assert replayed.stdout == ""
     assert_only_own_lines(replayed)
 
-    loud = cli(*run, "--output", str(tmp_path / "loud-out"), "--checkpoint", str(tmp_path / "loud-chk"), "-v")
+    loud = cli(*run, "--output", str(tmp_path / "loud-out"), "--checkpoint", str(tmp_path / "loud-chk"), "-v",
+               env=file_only)
     assert loud.returncode == 0, loud.stderr[-3000:]
     assert [line for line in lines(loud.stderr) if re.search(r" WARN \S+: ", line)], loud.stderr[-3000:]
 

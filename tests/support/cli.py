@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 
 
@@ -96,3 +97,37 @@ def stop_run(proc: subprocess.Popen) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.returncode
+
+
+class ArgumentScan:
+    """Every process's command line (``ps -eww``: whole, not cut to a width), polled while the
+    ``with`` block runs: ``found`` holds where a line shows one of ``values`` (any local user sees
+    it there), ``seen`` whether some line showed ``marker``, which proves the scan saw the process
+    it was meant to."""
+
+    def __init__(self, values: list[str], marker: str, every_s: float = 0.1):
+        self.values, self.marker, self.every_s = values, marker, every_s
+        self.found: set[str] = set()
+        self.seen = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="argument-scan", daemon=True)
+
+    def __enter__(self) -> ArgumentScan:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while True:
+            listed = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True).stdout
+            for line in listed.splitlines():
+                self.seen = self.seen or self.marker in line
+                for value in self.values:
+                    if value in line:
+                        at = line.index(value)
+                        self.found.add(f"...{line[max(0, at - 80):at + len(value)]}")
+            if self._done.wait(self.every_s):
+                return

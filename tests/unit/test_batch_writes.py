@@ -12,6 +12,8 @@ from reconstructor.contract.batch_writes import (
     FoundWrites,
     WriteMode,
     found_writes,
+    planned_at,
+    unknown_writes_line,
     with_write,
     write_name,
 )
@@ -25,9 +27,14 @@ def commit(batch: int, write: str | None, query: str = Q) -> str:
     return with_write(meta, write) if write is not None else meta
 
 
-def newest_first(*metadata: str | None, first_version: int = 0) -> list[tuple[int, str | None]]:
-    """Commits as (version, userMetadata), oldest given first, read newest first."""
-    return list(reversed([(first_version + i, m) for i, m in enumerate(metadata)]))
+def newest_first(*metadata: str | None, first_version: int = 0) -> list[tuple[int, int, str | None]]:
+    """Commits as (version, time in ms, userMetadata), oldest given first, read newest first;
+    version v committed at time ``millis(v)``."""
+    return list(reversed([(first_version + i, millis(first_version + i), m) for i, m in enumerate(metadata)]))
+
+
+def millis(version: int) -> int:
+    return 1_790_000_000_000 + 1000 * version
 
 
 def test_a_commit_names_its_write_beside_what_the_batch_records():
@@ -82,6 +89,44 @@ def test_a_log_cleaned_past_the_writers_commits_cannot_tell():
     assert found_writes(newest_first(commit(2, "sessions"), first_version=40), Q, 4) == NOTHING_FOUND
 
 
+def test_a_new_querys_first_batch_over_a_cleaned_log_resumes_when_the_log_keeps_every_commit_since_its_plan():
+    # Versions 40 on: a replay's query planned its batch 0 after version 41 and was killed before
+    # it committed; the log's first 40 commits were cleaned long before.
+    commits = newest_first(None, commit(9, "row_changes", query="q-run"), first_version=40)
+    assert found_writes(commits, Q, 0, planned_at=millis(41) + 1) == NOTHING_FOUND
+    # What it committed before it was killed is found, as in any log.
+    commits = newest_first(None, commit(9, "row_changes", query="q-run"), commit(0, "row_changes"), first_version=40)
+    assert found_writes(commits, Q, 0, planned_at=millis(41) + 1) == FoundWrites(frozenset({"row_changes"}))
+    # Any batch: the log keeps everything since the plan, so what it holds of the batch is all.
+    commits = newest_first(None, commit(7, "sessions"), first_version=40)
+    assert found_writes(commits, Q, 7, planned_at=millis(40) + 1) == FoundWrites(frozenset({"sessions"}))
+    assert found_writes(newest_first(None, first_version=40), Q, 7, planned_at=millis(40) + 1) == NOTHING_FOUND
+
+
+def test_a_batch_planned_before_the_oldest_commit_the_log_keeps_cannot_tell():
+    # Resumed after the retention: the cleaned part may have held the batch's commits.
+    commits = newest_first(None, commit(9, "row_changes", query="q-run"), first_version=40)
+    assert found_writes(commits, Q, 0, planned_at=millis(40)) is None
+    assert found_writes(commits, Q, 0, planned_at=millis(40) - 5_000) is None
+    assert found_writes(commits, Q, 0) is None  # when the batch was planned is not known
+
+
+def test_a_batch_is_planned_at_the_earlier_of_its_offsets_files_time_and_the_time_inside_it():
+    text = '\x00v1\n{"batchWatermarkMs":0,"batchTimestampMs":1790000005000,"conf":{}}\n{"t":{"0":12}}\n'
+    assert planned_at(1_790_000_006_000, text) == 1_790_000_005_000
+    assert planned_at(1_790_000_004_000, text) == 1_790_000_004_000
+    assert planned_at(1_790_000_004_000, "v1\n") == 1_790_000_004_000  # no metadata: the file's time
+
+
+def test_a_stop_on_writes_that_cannot_be_told_gives_advice_that_works():
+    path = "s3a://b/out/sessions"
+    replay = unknown_writes_line(0, path, replay=True)
+    assert replay.startswith(f"cannot tell which writes of batch 0 reached {path}: ")
+    assert replay.endswith("run the same replay again with a new --checkpoint (it inserts only what the tables lack)")
+    assert "new output" not in replay
+    assert unknown_writes_line(3, path, replay=False).endswith("replay into a new output instead")
+
+
 def test_only_a_batch_planned_and_not_committed_is_pending():
     assert CheckpointState("/chk", None, None).pending is None
     assert CheckpointState("/chk", "q", None, last_planned=0).pending == 0
@@ -105,3 +150,10 @@ def test_a_write_is_skipped_exactly_when_the_writer_committed_it_for_that_batch_
     for write in WRITES:
         committed = any(q == Q and w == write and b >= batch for b, w, q in history)
         assert (found.mode(write) is WriteMode.SKIP) == committed
+
+
+def test_a_stop_on_writes_that_cannot_be_told_is_not_restarted():
+    from reconstructor.errors import WritesUnknown
+    from reconstructor.spark.restarts import transient
+
+    assert not transient(WritesUnknown(unknown_writes_line(0, "/out/sessions", replay=True)))

@@ -179,3 +179,23 @@ def test_a_local_driver_starts_with_the_class_archive_only_where_make_cds_made_o
     assert "SharedArchiveFile" not in own[DRIVER_JAVA_OPTIONS]
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "4040")
     assert "SharedArchiveFile" not in spark_settings(None, jars_dir=tmp_path)[DRIVER_JAVA_OPTIONS]
+
+
+def test_the_secrets_file_holds_each_setting_as_a_java_properties_file_reads_it_and_only_its_user_may():
+    import os
+    import stat
+
+    from reconstructor.spark.builder import java_properties, secrets_file
+
+    assert java_properties({"spark.hadoop.fs.s3a.secret.key": "a=b:c\\d#e\n f"}) == (
+        "spark.hadoop.fs.s3a.secret.key=a=b:c\\\\d#e\\n f\n")
+    assert java_properties({"odd key=": " lead"}) == "odd\\ key\\==\\ lead\n"
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    with secrets_file({"spark.hadoop.fs.s3a.secret.key": "s3cr3t"}):
+        args = os.environ["PYSPARK_SUBMIT_ARGS"].split()
+        path = args[args.index("--properties-file") + 1]
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with open(path) as fh:
+            assert fh.read() == "spark.hadoop.fs.s3a.secret.key=s3cr3t\n"
+        assert args[-1] == "pyspark-shell" and "s3cr3t" not in os.environ["PYSPARK_SUBMIT_ARGS"]
+    assert not os.path.exists(path) and os.environ.get("PYSPARK_SUBMIT_ARGS") == before

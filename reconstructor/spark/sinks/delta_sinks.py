@@ -19,6 +19,7 @@ from reconstructor.contract.tables import TABLES
 from reconstructor.contract.writer import batch_metadata
 from reconstructor.core.chain import HMAC_SHA256, ChainKey
 from reconstructor.core.violations import ViolationRecord
+from reconstructor.errors import WritesUnknown
 from reconstructor.metrics.batch_metrics import BatchCounts
 from reconstructor.spark.compaction import compact_live_tables
 from reconstructor.spark.sinks import records
@@ -110,7 +111,8 @@ class DeltaSinks:
         self._empty = set(empty_live_tables(states))
         self._written = WrittenBatches(self.spark, self.output, self._query, checkpoint.pending,
                                        frozenset(TABLES) - {t.name for t in states},
-                                       fenced_commits(self.spark, self.output, self.lease_token))
+                                       fenced_commits(self.spark, self.output, self.lease_token),
+                                       checkpoint.location, self.replay)
 
     def set_query_id(self, query_id: str) -> None:
         """The streaming query's id (``StreamingQuery.id``), right after ``writer.start()``; the
@@ -189,7 +191,11 @@ class DeltaSinks:
                                                    self._fleet_seal(batch_id, stats, violations),
                                                    lease=self.lease_token),
                                     self._written, self._stops.check_lease)
-            appended, tables = self._write(batch, txn, stats, violations, end)
+            try:
+                appended, tables = self._write(batch, txn, stats, violations, end)
+            except WritesUnknown as exc:
+                self._stops.stopped_by = exc  # reported as it is: its line says what to do
+                raise
             merged = time.perf_counter()
             # After the tables: a request names the session's last applied seq as the batch left it.
             asked = (self.resync.send(txn, batch) if self.resync is not None and stats.recorded > stats.drifts

@@ -29,10 +29,11 @@ def recorded_offsets(spark: SparkSession, path: str, writer: str | None) -> Iter
 
 
 def commit_history(table: DeltaTable) -> Callable[[int | None], list]:
-    """``table``'s ``history(limit)`` as rows of (version, userMetadata), newest first (None: the
-    whole log), for ``contract.writer.newest_first``."""
-    return lambda limit: (table.history(limit) if limit else table.history()).select(
-        "version", "userMetadata").collect()
+    """``table``'s ``history(limit)`` as rows of (version, millis: the commit's time in epoch
+    milliseconds, userMetadata), newest first (None: the whole log), for
+    ``contract.writer.newest_first``."""
+    return lambda limit: (table.history(limit) if limit else table.history()).selectExpr(
+        "version", "unix_millis(timestamp) AS millis", "userMetadata").collect()
 
 
 def writer_offsets(spark: SparkSession, path: str, writer: str) -> dict | None:

@@ -25,13 +25,16 @@ from reconstructor.contract.batch_writes import (
     FoundWrites,
     WriteMode,
     found_writes,
+    planned_at,
+    unknown_writes_line,
     with_write,
     write_name,
 )
 from reconstructor.contract.tables import table_path
 from reconstructor.contract.writer import newest_first
-from reconstructor.errors import ReconstructorError
+from reconstructor.errors import WritesUnknown
 from reconstructor.spark.builder import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY
+from reconstructor.spark.checkpoint import checkpoint_file_modified, read_checkpoint_file
 from reconstructor.spark.sinks.history import HISTORY_SEARCHED, commit_history
 from reconstructor.spark.sinks.query_id import QueryId
 from reconstructor.spark.transactions import IdempotentDml, spark_like
@@ -60,7 +63,9 @@ class WrittenBatches:
     earlier attempt of anything.  Only the pending batch looks, once per table, at the table's
     newest commits.  ``fenced``: a driver paused past its writer lease cannot commit once another
     driver took it (``fenced_commits``); where it could, every write keeps Delta's transaction ids,
-    which make such a late commit of a batch conflict instead of repeating it."""
+    which make such a late commit of a batch conflict instead of repeating it.  ``checkpoint``:
+    where the query's checkpoint is, whose ``offsets/`` say when the pending batch was planned
+    (``found_writes``); ``replay``: whether the query is a replay's (the advice of a stop)."""
 
     spark: SparkSession
     output: str
@@ -68,6 +73,8 @@ class WrittenBatches:
     pending: int | None = None
     created: frozenset[str] = frozenset()
     fenced: bool = True
+    checkpoint: str | None = None
+    replay: bool = False
     _found: dict[tuple[str, int], FoundWrites] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -89,13 +96,20 @@ class WrittenBatches:
         if not DeltaTable.isDeltaTable(self.spark, path):
             return NOTHING_FOUND
         commits = newest_first(commit_history(DeltaTable.forPath(self.spark, path)), HISTORY_SEARCHED)
-        found = found_writes(((r.version, r.userMetadata) for r in commits), self.query.get(), batch_id)
+        found = found_writes(((r.version, r.millis, r.userMetadata) for r in commits), self.query.get(), batch_id,
+                             self._planned_at(batch_id))
         if found is None:
-            raise ReconstructorError(
-                f"cannot tell which writes of batch {batch_id} reached {path}: the batch did not end, and the "
-                "table's log no longer holds this writer's commits (older than delta.logRetentionDuration); "
-                "replay into a new output instead")
+            raise WritesUnknown(unknown_writes_line(batch_id, path, self.replay))
         return found
+
+    def _planned_at(self, batch_id: int) -> int | None:
+        """When the checkpoint planned ``batch_id`` (``batch_writes.planned_at``); None unknown."""
+        if self.checkpoint is None:
+            return None
+        relative = f"offsets/{batch_id}"
+        modified = checkpoint_file_modified(self.spark, self.checkpoint, relative)
+        text = read_checkpoint_file(self.spark, self.checkpoint, relative)
+        return None if modified is None or text is None else planned_at(modified, text)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,8 @@ class BatchStops:
     lease_check: Callable[[], None] | None = None
     #: The violation a batch stopped on.
     violation: ViolationRecord | None = field(default=None, init=False)
-    #: The error a batch stopped on that is not the engine's (a lost lease).
+    #: The error a batch stopped on that is not the engine's (a lost lease, writes that cannot be
+    #: told).
     stopped_by: Exception | None = field(default=None, init=False)
     #: Why the batch stopped to run again (losses newly recorded, a topic created again): the query
     #: starts again from its checkpoint.
