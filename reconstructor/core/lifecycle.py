@@ -1,7 +1,8 @@
 """A silent session's lifecycle: when it times out, when its table goes, when its state goes.
 
-Both engines arm a processing-time timeout each time they run a session, and act on it when it
-fires (``spark.stateful.SessionReconstructor``: ``_arm_timeout``, ``_on_timeout``).  ``check`` has
+Both engines arm a processing-time timeout each time they run a session (the Python engine by
+``Lifecycle.armed_ms``), and act on it when it fires (``spark.stateful.SessionReconstructor``:
+``_arm_timeout``, ``_on_timeout``).  ``check`` has
 no processing time: it applies the same rules by its records' Kafka timestamps, as a run that reads
 each record when it is produced.  This module is those rules, with no Spark and no clock of its
 own, so that ``check`` follows the engines' lifecycle and not one of its own (a property test holds

@@ -38,6 +38,7 @@ from reconstructor.core.blob import chain_head, dump_table, read_table
 from reconstructor.core.chain import CHAIN_START, ChainSeed, chain_session
 from reconstructor.core.data_loss import DataLoss, loss_reaching
 from reconstructor.core.frames import INPUT, INT_COLUMNS, VALUE, null_mask, nullable_longs
+from reconstructor.core.lifecycle import Lifecycle
 from reconstructor.core.quarantine import quarantine
 from reconstructor.core.seal import session_seal
 from reconstructor.core.seed import SessionSeed, records_after
@@ -127,8 +128,7 @@ class SessionReconstructor:
         self.session_seeds = start.session_seeds
         self.row_types = [(c.name, c.type) for c in schema.columns]
         self.schema = schema
-        self.timeout_ms = spec.session_timeout_ms
-        self.retention_ms = spec.state_retention_ms
+        self.lifecycle = Lifecycle(spec.session_timeout_ms, spec.state_retention_ms)
         self.await_snapshot = spec.awaits_snapshot(start)
         self.policy = spec.policy
         self.columns = column_names(RECORD_FIELDS, schema)
@@ -219,17 +219,9 @@ class SessionReconstructor:
         return None if loss is None else loss.violation_for(session, previous)
 
     def _arm_timeout(self, state: GroupState, status: SessionStatus, has_table: bool) -> None:
-        """Spark clears a group's timeout whenever the function runs for it, so every call sets it.
-
-        A quarantined session waits for its resync snapshot for the whole retention (it is not
-        silent in the timeout's sense: it is set aside); an ended one whose table is gone already
-        has only the rest of the retention left."""
-        if status == SessionStatus.QUARANTINED:
-            state.setTimeoutDuration(self.retention_ms)
-        elif status == SessionStatus.ENDED and not has_table:
-            state.setTimeoutDuration(max(1, self.retention_ms - self.timeout_ms))
-        else:
-            state.setTimeoutDuration(self.timeout_ms)
+        """Spark clears a group's timeout whenever the function runs for it, so every call sets it
+        (``Lifecycle.armed_ms``: the rule ``check`` applies by the records' times too)."""
+        state.setTimeoutDuration(self.lifecycle.armed_ms(status, has_table))
 
     def _on_timeout(self, topic: str, session: str, state: GroupState) -> Iterator[pd.DataFrame]:
         """Silent for the timeout: an open session becomes ``timed_out`` (its rows leave
@@ -240,7 +232,7 @@ class SessionReconstructor:
         lost = self._lost(topic, session, previous)
         if lost is not None:  # silent since records on its partition were lost: set aside
             state.update(_with(row, status=SessionStatus.QUARANTINED.value))
-            state.setTimeoutDuration(self.retention_ms)
+            state.setTimeoutDuration(self.lifecycle.armed_ms(SessionStatus.QUARANTINED, has_table=True))
             yield self._violations(topic, session, [lost], RecordKind.RECORDED)
             yield self._group_frame(topic, session, self._no_changes, previous, SessionStatus.QUARANTINED,
                                     row_count=int(row[_AT["row_count"]]), head=chain_head(row[_AT["table"]]))
@@ -252,7 +244,7 @@ class SessionReconstructor:
         else:
             state.remove()
             return
-        state.setTimeoutDuration(max(1, self.retention_ms - self.timeout_ms))
+        state.setTimeoutDuration(self.lifecycle.after_timeout_ms)
         if previous.status == SessionStatus.OPEN:
             yield self._group_frame(topic, session, self._no_changes, previous, SessionStatus.TIMED_OUT,
                                     row_count=int(row[_AT["row_count"]]), head=chain_head(row[_AT["table"]]))
