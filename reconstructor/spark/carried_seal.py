@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from reconstructor.contract.fleet_history import SealedState, changes_data, sealed_state
 from reconstructor.contract.writer import FLEET_LOOKBACK, carried_metadata, newest_first
-from reconstructor.spark.jvm_gateway import jvm_of
+from reconstructor.spark.checkpoint import read_checkpoint_file
 from reconstructor.spark.transactions import USER_METADATA, spark_like
 
 __all__ = ["CARRY_LOOKBACK", "fleet_state", "sealed_writer"]
@@ -45,16 +45,8 @@ def fleet_state(spark: SparkSession, path: str, read_commits: bool = False, newe
 
 def _data_changed(spark: SparkSession, path: str, version: int) -> bool | None:
     """Whether the table's commit ``version`` changed its data (None: its file has left the log)."""
-    jvm = jvm_of(spark)
-    commit = jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
-    fs = commit.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
-    if not fs.exists(commit):
-        return None
-    stream = fs.open(commit)
-    try:
-        return changes_data(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
+    text = read_checkpoint_file(spark, path.rstrip("/"), f"_delta_log/{version:020d}.json")
+    return None if text is None else changes_data(text)
 
 
 def sealed_writer(spark: SparkSession, path: str) -> SparkSession:

@@ -46,8 +46,8 @@ def record_output(spark: SparkSession, checkpoint: CheckpointState, output: str)
 
 
 def read_checkpoint_file(spark: SparkSession, location: str, relative: str) -> str | None:
-    """The text of ``location/relative`` in a checkpoint (``offsets/7``, ``sources/0/0``), None
-    when it is absent."""
+    """The text of ``location/relative`` in a checkpoint (``offsets/7``, ``sources/0/0``) or a
+    table (``_delta_log/<version>.json``), None when it is absent."""
     jvm = jvm_of(spark)
     path = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(location), relative)
     fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
