@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from reconstructor.contract.writer import BATCH_METADATA_KEY, batch_record
+from reconstructor.core.data_loss import offset_log_lines
 
 #: The key, in a batch's record, of the write a commit is (``write_name``).
 WRITE_KEY = "write"
@@ -107,7 +108,7 @@ def planned_at(offsets_modified: int, offsets_text: str) -> int:
     commit files too) and the ``batchTimestampMs`` inside it (the clock of the driver that
     planned the batch and wrote its commits, which stamps them where in-commit timestamps are
     on).  Every commit of the batch is later by either clock."""
-    lines = [line for line in offsets_text.lstrip("\x00").splitlines() if line.strip()]
+    lines = offset_log_lines(offsets_text)
     try:
         stamped = int(json.loads(lines[1])["batchTimestampMs"])
     except (IndexError, KeyError, TypeError, ValueError):

@@ -46,9 +46,14 @@ Offsets = Mapping[tuple[str, int], int]
 def offsets_from_log(text: str) -> dict[tuple[str, int], int]:
     """The Kafka source's offsets in a file of the checkpoint: ``offsets/<batch>`` (``v1``, the
     batch's metadata, then the source's offsets) or ``sources/0/0`` (the initial offsets)."""
-    lines = [line for line in text.lstrip("\x00").splitlines() if line.strip()]
-    source = json.loads(lines[-1])
+    source = json.loads(offset_log_lines(text)[-1])
     return {(topic, int(p)): int(o) for topic, parts in source.items() for p, o in parts.items()}
+
+
+def offset_log_lines(text: str) -> list[str]:
+    """The lines of a file of the checkpoint's offset log (``offsets_from_log``'s form): ``v1``,
+    the batch's metadata, then the source's offsets, without the padding and blank lines."""
+    return [line for line in text.lstrip("\x00").splitlines() if line.strip()]
 
 
 def offsets_without(text: str, partitions: Iterable[tuple[str, int]]) -> str:
