@@ -34,7 +34,8 @@ help:
 	@echo "make smoke             the stack smoke pipeline (Kafka -> Spark -> Delta on S3A) alone"
 	@echo "make jars              resolve the JVM jars from Maven Central into .jars/ and build the JVM engine"
 	@echo "make cds               with the stack, the driver JVM's class archive in .jars/cds/ (test and bench make it)"
-	@echo "make wheel             build the wheel into dist/"
+	@echo "make wheel             build the wheel (with the engine jar: JDK 17 and mvn) into dist/, and"
+	@echo "                       dist/reconstructor-engine.jar out of it for the deployments"
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11+"; exit 2; }
@@ -141,8 +142,15 @@ demo: up
 smoke: up
 	@$(VPY) -m workbench.smoke
 
+# The wheel carries reconstructor-engine.jar (build_hooks.py builds it with Maven: JDK 17 and mvn);
+# the deployments ship the jar on its own too, taken out of this very wheel, never from .jars/.
+WHEEL_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+WHEEL_FILE := dist/sensor_reconstructor-$(WHEEL_VERSION)-py3-none-any.whl
+
 wheel: venv
-	@$(VPY) -m pip wheel -q --no-deps -w dist .
+	@$(VPY) -m pip wheel -q --no-deps -w dist . || { echo "error: the wheel did not build (see above)"; exit 2; }
+	@$(VPY) -c 'import sys, zipfile; open("dist/reconstructor-engine.jar", "wb").write(zipfile.ZipFile(sys.argv[1]).read("reconstructor/jars/reconstructor-engine.jar"))' $(WHEEL_FILE)
+	@echo "built $(WHEEL_FILE) and dist/reconstructor-engine.jar (taken out of the wheel)"
 
 clean: down
 	rm -rf .stack dist build *.egg-info

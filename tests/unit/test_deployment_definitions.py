@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -60,8 +63,10 @@ def test_the_databricks_stream_ships_the_engine_jar_and_runs_the_jvm_engine():
     jars = [lib["jar"] for lib in task["libraries"] if "jar" in lib]
     assert len(jars) == 1
     assert Path(jars[0]).name == ENGINE_JAR
-    # Relative to the bundle's folder, the jar `make jars` builds in the checkout.
-    assert (ROOT / "infra/databricks" / jars[0]).resolve() == ROOT / ".jars" / "spark" / ENGINE_JAR
+    # Relative to the bundle's folder, the jar `make wheel` takes out of the wheel it builds, and the
+    # bundle's build is `make wheel`.
+    assert (ROOT / "infra/databricks" / jars[0]).resolve() == ROOT / "dist" / ENGINE_JAR
+    assert bundle["artifacts"]["reconstructor_wheel"]["build"] == "make wheel"
     assert _engine(task["python_wheel_task"]["parameters"]) == "jvm"
     # The compaction job runs no stateful step: no engine jar, no --engine.
     for task in jobs["reconstructor_compact"]["tasks"]:
@@ -97,6 +102,37 @@ def test_every_emr_job_that_commits_to_s3a_writes_its_log_put_if_absent():
         confs = [args[i + 1] for i, a in enumerate(args) if a == "--conf"]
         assert f"{S3A_LOG_STORE_KEY}={PUT_IF_ABSENT_LOG_STORE}" in confs, args
         assert ENGINE_JAR in [Path(j).name for j in _submitted_jars(args)]
+
+
+def test_the_databricks_stream_that_ships_the_jar_writes_its_s3a_logs_put_if_absent():
+    from reconstructor.spark.builder import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY
+
+    bundle = yaml.safe_load((ROOT / "infra/databricks/databricks.yml").read_text())
+    shipping = 0
+    for job in bundle["resources"]["jobs"].values():
+        clusters = {c["job_cluster_key"]: c["new_cluster"] for c in job["job_clusters"]}
+        for task in job["tasks"]:
+            if any(Path(lib.get("jar", "")).name == ENGINE_JAR for lib in task["libraries"]):
+                shipping += 1
+                conf = clusters[task["job_cluster_key"]].get("spark_conf", {})
+                assert conf.get(S3A_LOG_STORE_KEY) == PUT_IF_ABSENT_LOG_STORE, task["task_key"]
+    assert shipping == 1
+
+
+def test_make_wheel_ships_the_jar_taken_out_of_the_wheel_it_built(tmp_path):
+    """The deployments' jar is the wheel's own copy, so the two cannot be of different builds: the
+    recipe's extraction, run on a wheel, writes dist/reconstructor-engine.jar with the wheel's bytes."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("\nwheel:"):].split("\n\n")[0]
+    assert "pip wheel" in recipe and "-w dist ." in recipe and ".jars/" not in recipe
+    (extract,) = [line.strip().lstrip("@") for line in recipe.splitlines() if "zipfile" in line]
+    wheel = tmp_path / "dist" / "sensor_reconstructor-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"reconstructor/jars/{ENGINE_JAR}", b"the wheel's jar")
+    args = [a.replace("$(VPY)", sys.executable).replace("$(WHEEL_FILE)", str(wheel)) for a in shlex.split(extract)]
+    subprocess.run(args, cwd=tmp_path, check=True, timeout=60)
+    assert (tmp_path / "dist" / ENGINE_JAR).read_bytes() == b"the wheel's jar"
 
 
 def test_a_local_session_with_the_project_jar_writes_s3a_logs_put_if_absent(tmp_path):

@@ -85,9 +85,17 @@ def test_each_layer_imports_only_what_is_below_it(layer, forbidden):
     assert not {m: d for m, d in offenders.items() if d}
 
 
-def test_the_wheel_lists_every_package_of_the_product_and_nothing_else():
+def test_the_wheel_takes_every_package_of_the_product_and_nothing_else():
+    """pyproject.toml's packages.find, run as setuptools runs it: every package under reconstructor/
+    (a new one included), nothing of the workbench or the tests, and schemas/ by its mapping."""
     import tomllib
 
-    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    from setuptools.discovery import PEP420PackageFinder
+
+    setuptools_cfg = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    find = setuptools_cfg["packages"]["find"]
+    found = set(PEP420PackageFinder.find(str(PACKAGE.parent), exclude=find.get("exclude", ()),
+                                         include=find["include"]))
     packages = {_module_name(p.parent) for p in PACKAGE.rglob("__init__.py")}
-    assert set(project["packages"]) - {"reconstructor.schemas"} == packages
+    assert packages <= found and all(p.split(".")[0] == "reconstructor" for p in found)
+    assert setuptools_cfg["package-dir"] == {"reconstructor.schemas": "schemas"}
