@@ -4,7 +4,8 @@ Nothing here imports the working tree: the wheel is built, installed with its de
 new virtualenv, and every command runs from a folder outside the repository, so a file missing from
 the wheel (the row schema, a module) fails here as it would on a cluster. The EMR path is the real
 one: ``spark-submit --py-files <wheel> --jars <engine jar> jobs/emr_step.py run --engine jvm ...``
-writing to s3a:// on the local S3 endpoint, the JVM engine loaded from the jar it ships.
+writing to s3a:// on the local S3 endpoint, the JVM engine and the Delta log store loaded from the
+jar the wheel carries.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.spark.builder import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY
 from reconstructor.spark.checkpoint import read_checkpoint_file
 from reconstructor.spark.engines import ENGINE_FILE
 from reconstructor.spark.jvm_engine import ENGINE_JAR
@@ -98,9 +100,21 @@ def test_the_test_kit_in_the_wheel_runs_the_documented_examples(wheel_env, tmp_p
 
 def test_the_wheel_holds_the_product_and_no_workbench(wheel_env):
     wheel, bin_dir = wheel_env
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "reconstructor/spark/stateful.py" in names and "reconstructor/schemas/demo_sensor.json" in names
-    assert not [n for n in names if n.startswith(("workbench/", "tests/")) or "devstack" in n], names
+    names = set(zipfile.ZipFile(wheel).namelist())
+    # Every module of the package and every file of schemas/ that git tracks, and the engine jar
+    # the build made: nothing drops out because a list in pyproject.toml missed it.
+    tracked = subprocess.run(["git", "ls-files", "reconstructor", "schemas"], cwd=REPO, check=True,
+                             capture_output=True, text=True).stdout.split()
+    shipped = {n if n.startswith("reconstructor/") else "reconstructor/" + n for n in tracked
+               if n.startswith("schemas/") or n.endswith(".py")}
+    assert "reconstructor/spark/stateful.py" in shipped and "reconstructor/schemas/demo_sensor.json" in shipped
+    assert not shipped - names, sorted(shipped - names)
+    assert f"reconstructor/jars/{ENGINE_JAR}" in names
+    assert not [n for n in names if n.startswith(("workbench/", "tests/", "jobs/", "jvm/")) or "devstack" in n], names
+    # The metadata as the registry reads it.
+    checked = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)], capture_output=True,
+                             text=True, timeout=120)
+    assert checked.returncode == 0 and "PASSED" in checked.stdout, checked.stdout + checked.stderr
     # The product's CLI names the workbench for the commands it left to it.
     refused = subprocess.run([str(bin_dir / "reconstructor"), "demo"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "python -m workbench demo" in refused.stderr
@@ -144,9 +158,10 @@ def test_the_emr_step_runs_under_spark_submit_into_s3(wheel_env, stack, spark, r
                        "--sessions", "1", "--rows", "20", "--updates", "30")
     assert produced.returncode == 0, produced.stderr
     # The jars EMR would provide (Delta, the Kafka source, S3A) on the classpath, and not the engine
-    # jar: that one the step ships with --jars, as infra/emr/steps.json does, built by `make jars`.
-    engine_jar = REPO / ".jars" / "spark" / ENGINE_JAR
-    assert engine_jar.is_file(), f"{engine_jar} is missing: run 'make jars'"
+    # jar: that one the step ships with --jars, as infra/emr/steps.json does, taken out of the wheel
+    # as `make wheel` does.
+    engine_jar = tmp_path / ENGINE_JAR
+    engine_jar.write_bytes(zipfile.ZipFile(wheel).read(f"reconstructor/jars/{ENGINE_JAR}"))
     jars = os.pathsep.join(str(j) for j in sorted((localstack.jars_dir() / "spark").glob("*.jar"))
                            if j.name != ENGINE_JAR)
     out = f"s3a://{localstack.S3_BUCKET}/emr-{run_id}/tables"
@@ -161,6 +176,7 @@ def test_the_emr_step_runs_under_spark_submit_into_s3(wheel_env, stack, spark, r
         bin_dir, tmp_path, str(bin_dir / "spark-submit"), "--master", "local[2]",
         "--driver-class-path", jars, "--conf", f"spark.executor.extraClassPath={jars}",
         "--conf", "spark.ui.enabled=false", "--py-files", str(wheel), "--jars", str(engine_jar),
+        "--conf", f"{S3A_LOG_STORE_KEY}={PUT_IF_ABSENT_LOG_STORE}",
         str(REPO / "jobs" / "emr_step.py"),
         "run", "--bootstrap-servers", bootstrap, "--topic-pattern", f"{prefix}[0-9]+", "--output", out,
         "--checkpoint", checkpoint, "--trigger", "available-now", "--compact-every", "off", "--engine", "jvm",
