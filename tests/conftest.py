@@ -17,6 +17,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Spark's WARN lines (a stream falling behind its trigger, Delta's local checkpoints) would bury a
 # failing assertion in CI's output; errors still show.
 os.environ.setdefault("RECON_SPARK_LOG_LEVEL", "ERROR")
+# The suite runs the reference engine, the Python core, wherever a test names no engine (a new
+# checkpoint would get the JVM engine, whose jar the suite's classpath holds); the tests of the
+# JVM engine name it, and the test of the default itself unsets this.
+os.environ.setdefault("RECON_ENGINE", "python")
 # The drivers (and executors) the tests start as processes compile with C1 alone: they live a
 # minute or two over small data, two test workers at a time on two cores, and C2's second
 # compilation of their hot code costs them more than it gives back (a quarter less CPU for the same

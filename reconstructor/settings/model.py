@@ -64,8 +64,8 @@ def setting(default: Any, help: str, *, flag: str | None = None, commands: tuple
 
 class StatefulEngine(str, enum.Enum):
     """Where the stateful step runs: the Python core in ``applyInPandasWithState``, or its JVM port
-    in ``flatMapGroupsWithState`` (the engine jar ``make jars`` builds).  Both write the same
-    tables; a checkpoint keeps the engine it started with."""
+    in ``flatMapGroupsWithState`` (the engine jar).  Both write the same tables; a checkpoint keeps
+    the engine it started with (``spark.engines.engine_for``)."""
 
     PYTHON = "python"
     JVM = "jvm"
@@ -145,10 +145,12 @@ class Settings(BaseModel):
         OnDrift.RECORD, "a snapshot that differs from the table rebuilt from the updates: record a "
         "SNAPSHOT_DRIFT row in violations, fail the query (exit 3), or ignore it (no audit)",
         commands=(*_STREAM, CHECK))
-    engine: StatefulEngine = setting(
-        StatefulEngine.PYTHON, "the stateful step: python (the core, in applyInPandasWithState; no jar "
-        "needed) or jvm (its port in flatMapGroupsWithState, several times faster; needs the engine jar). "
-        "A checkpoint keeps the engine it started with", commands=_STREAM)
+    engine: StatefulEngine | None = setting(
+        None, "the stateful step: jvm (the core's port in flatMapGroupsWithState, the faster; needs the "
+        "engine jar, which the wheel carries) or python (the core itself, in applyInPandasWithState; no "
+        "jar). A checkpoint keeps the engine it started with", commands=_STREAM,
+        shown="the checkpoint's; for a new checkpoint jvm when the engine jar is on Spark's classpath, "
+        "else python")
     catalog: str | None = setting(
         None, "register the four tables and the row_versions view by name in this schema of the "
         "session's catalog (e.g. main.sensors), as external Delta tables at the output's paths",

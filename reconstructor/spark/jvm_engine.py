@@ -71,6 +71,14 @@ def jvm_reading(spark: SparkSession, spec: StepSpec, start: StepStart = NO_START
     return cast(dict[str, Any], json.loads(_engine_class(spark).describe(engine_json(spec, start))))
 
 
+def engine_jar_loaded(spark: SparkSession) -> bool:
+    """Whether the engine's classes are in the driver's JVM (whatever their version)."""
+    try:
+        return isinstance(jvm_of(spark).reconstructor.jvm.Engine.VERSION, str)
+    except Exception:  # noqa: BLE001 - py4j names a missing class in several ways
+        return False
+
+
 def _engine_class(spark):
     """The engine's entry point in the driver's JVM; a clear error when its jar is not there."""
     jvm = jvm_of(spark)

@@ -31,7 +31,7 @@ from reconstructor.spark.checkpoint import checkpoint_state, record_output
 from reconstructor.spark.compaction import BackgroundCompactor, Compactor
 from reconstructor.spark.compaction_mark import CompactionMark
 from reconstructor.spark.data_loss import KafkaLossCheck, LossRegistry
-from reconstructor.spark.engines import parse_for, reconstruct_with, record_engine, refuse_other_engine
+from reconstructor.spark.engines import parse_for, reconstruct_with, record_engine, refuse_other_engine, with_engine
 from reconstructor.spark.evolution import evolve_tables
 from reconstructor.spark.jvm_gateway import jvm_of
 from reconstructor.spark.nothing_new import record_start
@@ -227,6 +227,7 @@ def start(spark: SparkSession, cfg: Settings, *, query_name: str | None = None,
     (``core.seed``), kept in its checkpoint so that a run on that checkpoint starts from those that
     still apply, and whether it awaits each session's snapshot.
     """
+    cfg = with_engine(spark, cfg)  # unset: the checkpoint's, or the default for a new one
     schema = RowSchema.load(cfg.row_schema)
     policy = cfg.policy()
     # Quarantine mode goes on past a DATA_LOSS: the losses recorded so far reach the state function.

@@ -90,9 +90,11 @@ def _query(spark: SparkSession, cfg: Settings, restarts: Restarts, on_progress: 
            lease: Any, step_start: StepStart | None, tell: Callable[[str], None],
            query_ended: Callable[[], None] | None) -> RunAgain | None:
     """One query to its end; returns why it is to start again from its checkpoint, else None."""
+    from reconstructor.spark.engines import with_engine
     from reconstructor.spark.nothing_new import nothing_new
     from reconstructor.spark.pipeline import start
 
+    cfg = with_engine(spark, cfg)  # before the fingerprint, which names it
     if not replay and (line := nothing_new(spark, cfg, dt.datetime.now(dt.UTC))) is not None:
         tell(line)
         return None

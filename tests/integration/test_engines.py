@@ -1,5 +1,5 @@
 """The two engines as an operator meets them, on the real stack: a checkpoint keeps the engine it
-started with, a replay into the same output is the way over, ``state`` reads either engine's
+started with, a new one gets the jvm engine unless told otherwise, a replay into the same output is the way over, ``state`` reads either engine's
 checkpoint, and an engine jar of another version is refused before Kafka is read."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import pytest
 
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.spark import jvm_engine
+from reconstructor.spark.checkpoint import read_checkpoint_file
+from reconstructor.spark.engines import ENGINE_FILE
 from tests.support.cli import cli_in_process as cli
 from tests.support.cli import refusal_line
 from tests.support.pipeline import assert_exact, current_tables, produce
@@ -19,7 +21,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark")]
 NAMES = RowSchema.load().names
 
 
-def test_a_checkpoint_keeps_its_engine_and_a_replay_moves_the_output_to_the_other(stack, spark, run_id, tmp_path):
+def test_a_checkpoint_keeps_its_engine_a_new_one_gets_the_jvm_engine_and_a_replay_moves_the_output(
+        stack, spark, run_id, tmp_path, monkeypatch):
+    monkeypatch.delenv("RECON_ENGINE", raising=False)  # the suite's pin to the reference engine: off here
     spec = FleetSpec(topic_prefix=f"eng{run_id}-sensor-", sensors=2, sessions_per_sensor=2, rows=20, updates=60,
                      seed=3, end_sessions=False)
     messages = list(plan_fleet(spec))
@@ -29,26 +33,32 @@ def test_a_checkpoint_keeps_its_engine_and_a_replay_moves_the_output_to_the_othe
     common = ("--bootstrap-servers", bootstrap, "--topic-pattern", pattern, "--output", out)
 
     produce(spec, messages[:half], 2)
-    ran = cli("run", *common, "--checkpoint", chk, "--compact-every", "off")  # the default engine: python
+    ran = cli("run", *common, "--checkpoint", chk, "--engine", "python", "--compact-every", "off")
     assert ran.returncode == 0, ran.stderr[-3000:]
+    # Without --engine, the python engine's checkpoint goes on under it, though a new one would not.
+    ran = cli("run", *common, "--checkpoint", chk, "--compact-every", "off")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "nothing new in Kafka" in ran.stderr  # the same start as the last: its engine too
+    assert read_checkpoint_file(spark, chk, ENGINE_FILE).strip() == "python"
 
     # The python engine's checkpoint refuses the jvm engine, before anything is read or written.
     line = refusal_line(cli("run", *common, "--checkpoint", chk, "--engine", "jvm", "--compact-every", "off"))
     assert f"checkpoint {chk} was written by the python engine" in line
     assert "--engine python" in line and "replay" in line
 
-    # The way over: a replay into the same output under the jvm engine, on a checkpoint of its own,
-    # which then runs on as the writer.
-    replayed = cli("replay", *common, "--checkpoint", jvm_chk, "--engine", "jvm", "--from", "earliest")
+    # The way over: a replay into the same output on a checkpoint of its own, which then runs on as
+    # the writer.  A new checkpoint with no --engine gets the jvm engine, whose jar is loaded.
+    replayed = cli("replay", *common, "--checkpoint", jvm_chk, "--from", "earliest")
     assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert read_checkpoint_file(spark, jvm_chk, ENGINE_FILE).strip() == "jvm"
     produce(spec, messages[half:], 2, create=False)
-    ran = cli("run", *common, "--checkpoint", jvm_chk, "--engine", "jvm", "--compact-every", "off")
+    ran = cli("run", *common, "--checkpoint", jvm_chk, "--compact-every", "off")
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert_exact(spark, out, messages, NAMES)
     assert cli("verify", "--output", out).returncode == 0
 
     # And the jvm engine's checkpoint refuses the python engine the same way.
-    line = refusal_line(cli("run", *common, "--checkpoint", jvm_chk, "--compact-every", "off"))
+    line = refusal_line(cli("run", *common, "--checkpoint", jvm_chk, "--engine", "python", "--compact-every", "off"))
     assert f"checkpoint {jvm_chk} was written by the jvm engine" in line
 
     # `state` reads the jvm engine's checkpoint: the session's rows are those of current_rows.

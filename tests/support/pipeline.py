@@ -39,11 +39,12 @@ def offsets_of(messages, partitions: int, start: dict | None = None) -> list[tup
 
 def stream_config(pattern: str, output: str, checkpoint: str, **settings) -> config.Settings:
     """A run's configuration on the local stack: ``settings`` as a config file has them
-    ('45 seconds'), no in-stream compaction unless asked, and no RECON_* from the environment."""
+    ('45 seconds'), no in-stream compaction unless asked, the reference (python) engine unless
+    another is named, and no RECON_* from the environment."""
     return config.load(None, env={}, flags={
         "bootstrap_servers": localstack.bootstrap_servers(), "topic_pattern": pattern,
         "output": output, "checkpoint": checkpoint, "compact_every": config.COMPACTION_OFF,
-        **settings})
+        "engine": "python", **settings})
 
 
 def run(spark, pattern: str, output: str, checkpoint: str, **settings) -> None:
