@@ -53,6 +53,7 @@ class SparkStart:
     def __init__(self, cfg: Settings, app: str):
         from reconstructor.spark import logs
 
+        validate.classic_spark(cfg.master, cfg.spark)  # before anything of Spark starts
         self._cfg = cfg
         self._verbose = logging.getLogger().isEnabledFor(logging.INFO)  # -v
         logs.quiet_python(self._verbose)
@@ -103,6 +104,7 @@ class SparkStart:
 
 def _validated_stream(cfg: Settings) -> None:
     cfg.require("bootstrap_servers", "topic_pattern", "output", "checkpoint")
+    validate.classic_spark(cfg.master, cfg.spark)  # before the checks below create the output's folder
     validate.topic_pattern(cfg.need("topic_pattern"))
     validate.resync_topic(cfg.resync_topic, cfg.topic_pattern)
     validate.kafka_options(cfg.kafka)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 
 from reconstructor.contract.row_schema import RowSchema
@@ -36,6 +38,40 @@ def resync_topic(topic: str | None, pattern: str | None) -> None:
     if pattern is not None and re.match(anchored(pattern), topic):
         raise UsageError(f"--resync-topic {topic!r} is matched by --topic-pattern {pattern!r}: the run "
                          "would read its own resync requests; pick a topic outside the pattern")
+
+
+def classic_spark(master: str | None, spark_conf: Mapping[str, str],
+                  environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse Spark Connect (exit 2) before Spark starts: the stream's ``foreachBatch`` sinks keep
+    the run's state (the writer lease's checks, what each batch recorded, a violation that stopped
+    it) in this process and read checkpoints, logs and Delta's history through the driver's JVM
+    (Py4J).  A Connect client has no such JVM and runs ``foreachBatch`` in a process of the server."""
+    asked = spark_connect_asked(master, spark_conf, environ)
+    if asked is not None:
+        raise UsageError(
+            f"Spark Connect is not supported ({asked}): the reconstructor needs a classic Spark driver, whose "
+            "JVM it calls through Py4J and whose Python process runs its foreachBatch sinks (local[*], "
+            "spark-submit, EMR, a Databricks jobs or single-user cluster)")
+
+
+def spark_connect_asked(master: str | None, spark_conf: Mapping[str, str], environ: Mapping[str, str]) -> str | None:
+    """What would make pyspark build a Spark Connect session rather than start a driver JVM (as its
+    ``SparkSession.Builder.getOrCreate`` decides), named without a URL's parameters (a token);
+    None for a classic driver."""
+    if master and master.strip().lower().startswith("sc://"):
+        return f"master sc://{master.strip()[len('sc://'):].split('/')[0].split(';')[0]}"
+    if "spark.remote" in spark_conf:
+        return "[spark] spark.remote"
+    for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        if name in environ:
+            return f"{name} is set"
+    # The API mode: the setting's, else the variable's; neither classic nor connect, pyspark's default.
+    mode = str(spark_conf.get("spark.api.mode", environ.get("SPARK_API_MODE", ""))).lower()
+    if mode == "connect":
+        return "[spark] spark.api.mode = connect" if "spark.api.mode" in spark_conf else "SPARK_API_MODE=connect"
+    if mode != "classic" and environ.get("SPARK_CONNECT_MODE") == "1":
+        return "SPARK_CONNECT_MODE=1"
+    return None
 
 
 def starting_offsets(value: str) -> str:

@@ -45,6 +45,18 @@ def test_databricks_bundle_tasks_use_the_wheel_entry_point_with_valid_arguments(
     assert bundle["variables"][log.removeprefix("${var.").removesuffix("}")]["default"].startswith("/dbfs/")
 
 
+def test_databricks_bundle_clusters_run_a_classic_driver():
+    """Standard (shared) access mode runs pyspark as a Spark Connect client, which the reconstructor
+    refuses; Databricks picks it for a cluster that names no access mode.  Dedicated mode keeps a
+    classic driver (Py4J), which Unity Catalog (``--catalog``) also accepts."""
+    bundle = yaml.safe_load((ROOT / "infra/databricks/databricks.yml").read_text())
+    clusters = [c["new_cluster"] for job in bundle["resources"]["jobs"].values() for c in job["job_clusters"]]
+    assert clusters
+    for cluster in clusters:
+        assert cluster["data_security_mode"] == "SINGLE_USER"
+        assert not {"spark.remote", "spark.api.mode"} & set(cluster.get("spark_conf", {}))
+
+
 def _engine(args: list[str]) -> str:
     parsed = build_parser().parse_args(args)
     return str(getattr(parsed.engine, "value", parsed.engine))
