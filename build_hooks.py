@@ -76,6 +76,9 @@ class BuildPy(build_py):
         if lacking:
             raise PlatformError(f"building the wheel needs JDK 17 and Maven (mvn) to build {ENGINE_JAR}: "
                                 f"{lacking} (apt-get install openjdk-17-jdk-headless maven)")
+        # setuptools keeps build/lib between builds of a checkout: a module deleted from the source
+        # would still ship.  Each wheel's product is copied afresh.
+        shutil.rmtree(Path(self.build_lib, "reconstructor"), ignore_errors=True)
         super().run()
         build_engine_jar(self._jar())
 
