@@ -63,6 +63,7 @@ def _dispatch(args) -> int:
         "asof": commands.asof,
         "check": commands.check,
         "config": commands.config_show,
+        "jars": commands.jars,
     }
     return handlers[args.command](args) or EXIT_OK
 

@@ -64,16 +64,29 @@ class SparkStart:
         self._thread.start()
 
     def _build(self, app: str) -> None:
-        from reconstructor.spark import logs
-        from reconstructor.spark.builder import build_spark
+        from reconstructor.spark import jar_route, logs
+        from reconstructor.spark.builder import build_spark, uses_s3a
 
         cfg = self._cfg
+        s3a = uses_s3a(cfg.output, cfg.checkpoint)
+        # The launcher's lines, held: with no jars_dir, Spark's report of resolving the packages.
+        start = logs.StartLines(hold=not self._verbose)
         try:
             validate.s3_endpoint_reachable(cfg.s3.endpoint, cfg.output, cfg.checkpoint)
-            with logs.jvm_output(self._verbose), engine_ignores_sigterm():
-                self._spark = build_spark(app, master=cfg.master, s3=cfg.s3, jars_dir=self._jars_dir,
-                                          shuffle_partitions=cfg.shuffle_partitions,
-                                          conf=logs.driver_conf(cfg.spark, self._verbose))
+            with logs.jvm_output(self._verbose, start), engine_ignores_sigterm():
+                try:
+                    self._spark = build_spark(app, master=cfg.master, s3=cfg.s3, jars_dir=self._jars_dir,
+                                              shuffle_partitions=cfg.shuffle_partitions,
+                                              conf=logs.driver_conf(cfg.spark, self._verbose), s3a=s3a)
+                except Exception as exc:
+                    start.settle()
+                    detail = jar_route.resolution_failure(start.lines)
+                    if detail is None:
+                        raise
+                    start.release(lambda lines: [])  # the one line says it
+                    raise jar_route.unresolved(detail, s3a) from exc
+                finally:
+                    start.release(jar_route.without_ivy_report)
         except BaseException as exc:  # noqa: BLE001 - raised by ``result``, in the caller's thread
             self._failure = exc
 
@@ -94,8 +107,9 @@ class SparkStart:
         assert spark is not None  # built, as nothing failed
         if not delta_on_classpath(spark):
             raise UsageError(f"Delta's classes are not in Spark's JVM: the jars_dir {self._jars_dir} holds no Spark "
-                             "jars (run 'make jars' in the checkout, or set jars_dir / RECON_JARS_DIR to the folder "
-                             "it fills; Databricks and EMR provide them)")
+                             "jars, and a driver started by spark-submit resolves none itself (ship the jars with the "
+                             "job, or set jars_dir / RECON_JARS_DIR to a folder 'reconstructor jars DIR' filled; "
+                             "Databricks and EMR provide them)")
         logs.set_engine_level(spark, self._verbose)
         if signals is not None:
             signals.install()
@@ -253,6 +267,33 @@ def run(args) -> int:
     _validated_stream(cfg)
     restarts = Restarts(attempts_for(cfg.trigger, cfg.restart_attempts), cfg.restart_backoff)
     return _stream(cfg, "reconstructor-run", restarts=restarts, signals=signals)
+
+
+def jars(args) -> int:
+    """``reconstructor jars DIR``: the jars a driver needs, written into ``DIR`` for hosts that
+    cannot reach Maven (``spark.jar_route.fill_jars_dir``)."""
+    from pathlib import Path
+
+    from reconstructor.spark.jar_route import engine_jar_to_copy, fill_jars_dir, what_resolves
+
+    cfg = from_args(args)
+    target = Path(args.dir)
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{target} is not a folder")
+    engine = engine_jar_to_copy(Path(cfg.jars_dir) if cfg.jars_dir else default_jars_dir())
+    started = time.monotonic()
+    if not args.engine_only:
+        _tell(f"resolving {what_resolves(args.s3a)} from Maven through Spark's Ivy (what its cache holds "
+              "is not downloaded again)")
+    written = fill_jars_dir(target, s3a=args.s3a, engine_only=args.engine_only, engine=engine, conf=cfg.spark,
+                            verbose=logging.getLogger().isEnabledFor(logging.INFO), tell=_tell)
+    size = sum(jar.stat().st_size for jar in written) / 1e6
+    if args.engine_only:
+        print(f"{written[0]}: the engine jar ({size:.1f} MB), for a deployment to ship with the job")
+    else:
+        print(f"{target / 'spark'}: {len(written)} jars ({size:.0f} MB) in {time.monotonic() - started:.0f}s; "
+              f"on a host without Maven set jars_dir / RECON_JARS_DIR to {target.resolve()}")
+    return 0
 
 
 def config_show(args) -> int:

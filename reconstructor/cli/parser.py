@@ -17,6 +17,7 @@ from reconstructor.settings.model import (
     CHECK,
     COMPACT,
     CONFIG,
+    JARS,
     REPLAY,
     RUN,
     SCALAR_SETTINGS,
@@ -100,6 +101,18 @@ COMMANDS = {
                       "reconstructor check --config prod.toml --from-timestamp 2026-11-28T08:00:00Z --format json",
                       "reconstructor check --file records.jsonl --row-schema schemas/my_sensor.json")),
     CONFIG: ("show the effective configuration (secrets redacted)", None, None),
+    JARS: ("write the JVM jars into a folder, for hosts that cannot reach Maven",
+           "Resolve the JVM jars a driver needs besides pyspark's (Delta, the Kafka source; S3A with --s3a) "
+           "from Maven Central through Spark's own Ivy, and write them with the engine jar into DIR/spark: "
+           "set jars_dir / RECON_JARS_DIR to DIR on a host that cannot reach Maven. Ivy caches what it "
+           "downloads (in ~/.ivy2.5.2, or [spark] spark.jars.ivy), as a run without jars_dir does; "
+           "[spark] spark.jars.repositories or spark.jars.ivySettings name other repositories. Other jars "
+           "in DIR/spark are removed. With --engine-only, only DIR/reconstructor-engine.jar, which "
+           "Databricks and EMR deployments ship (their platforms provide the rest).",
+           _examples("reconstructor jars /opt/recon-jars && RECON_JARS_DIR=/opt/recon-jars reconstructor run ...",
+                     "reconstructor jars --s3a /opt/recon-jars          # outputs on s3a:// too",
+                     "reconstructor jars --engine-only dist/             # the jar a deployment ships",
+                     "reconstructor jars --config mirror.toml /opt/recon-jars  # [spark] spark.jars.repositories")),
 }
 
 
@@ -213,6 +226,15 @@ def _config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["show"])
 
 
+def _jars_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", help="the folder to fill (created if missing)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--s3a", action="store_true",
+                      help="S3A (hadoop-aws) too, for s3a:// outputs: its AWS SDK bundle is about 700 MB")
+    what.add_argument("--engine-only", action="store_true",
+                      help="only DIR/reconstructor-engine.jar, resolving nothing")
+
+
 _COMMAND_ARGUMENTS = {RUN: lambda p: None, REPLAY: _replay_arguments, COMPACT: _compact_arguments,
                       STATE: _state_arguments, VERIFY: _verify_arguments, ASOF: _asof_arguments,
-                      CHECK: _check_arguments, CONFIG: _config_arguments}
+                      CHECK: _check_arguments, CONFIG: _config_arguments, JARS: _jars_arguments}

@@ -45,6 +45,7 @@ COMPACTION_OFF = "off"  # compact_every: no in-stream compaction
 # The commands a flag may belong to.
 RUN, REPLAY, COMPACT, STATE, VERIFY, ASOF, CONFIG = "run", "replay", "compact", "state", "verify", "asof", "config"
 CHECK = "check"
+JARS = "jars"
 _STREAM = (RUN, REPLAY, CONFIG)
 _SPARK = (RUN, REPLAY, COMPACT, STATE, CONFIG)
 
@@ -190,7 +191,8 @@ class Settings(BaseModel):
     master: str | None = setting(
         None, "Spark master", metavar="URL", commands=_SPARK, shown="local[*] unless spark-submit set one")
     jars_dir: str | None = setting(
-        None, "the folder `make jars` fills; its spark/ jars go on the classpath (leave unset on "
+        None, "a folder whose spark/ jars go on the classpath, as `make jars` or `reconstructor jars DIR` "
+        "fill it; without one, a driver gets Delta and the Kafka source from Maven (leave unset on "
         "Databricks and EMR, which provide them)",
         shown=".jars in the working directory, else in the checkout the package is installed from")
     metrics_port: int | None = setting(

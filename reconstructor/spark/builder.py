@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from reconstructor.jars import ENGINE_JAR, maven, packaged_engine_jar
 from reconstructor.settings import S3Settings
 from reconstructor.settings.secrets import is_secret
 from reconstructor.spark.class_archive import class_archive, with_class_archive
@@ -51,10 +52,10 @@ def s3a_conf(s3: S3Settings) -> dict[str, str]:
 
 
 def spark_jars(jars_dir: str | os.PathLike | None) -> Path | None:
-    """The Spark jars ``make jars`` resolved into ``<jars_dir>/spark``.
+    """The Spark jars ``make jars`` (or ``reconstructor jars``) put into ``<jars_dir>/spark``.
 
-    ``None`` when there are none: on Databricks and EMR the platform provides Delta and the Kafka
-    source, and the builder adds nothing to the classpath.
+    ``None`` when there are none: then a driver this process starts resolves them from Maven
+    (``_jar_settings``), and on Databricks and EMR the platform provides Delta and the Kafka source.
     """
     if jars_dir is None:
         return None
@@ -70,12 +71,15 @@ def build_spark(
     jars_dir: str | os.PathLike | None = None,
     shuffle_partitions: int | None = None,
     conf: Mapping[str, str] | None = None,
+    s3a: bool = False,
 ) -> SparkSession:
     """Get or create the SparkSession with Delta, the RocksDB state store and S3A configured.
 
     ``master`` defaults to ``local[*]`` when no cluster manager is set (``spark-submit``, Databricks
     and EMR set it themselves).  ``jars_dir`` is the folder ``make jars`` fills (the ``jars_dir``
     setting); its ``spark/`` jars go on the driver and executor classpath (see ``spark_jars``).
+    Without one, a driver this process starts gets its jars from Maven (``_jar_settings``); ``s3a``
+    (an ``s3a://`` location is involved: ``uses_s3a``) adds S3A to them.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -85,14 +89,15 @@ def build_spark(
     if master:
         builder = builder.master(master)
     settings = spark_settings(master, s3=s3, jars_dir=jars_dir, shuffle_partitions=shuffle_partitions,
-                              conf=conf)
+                              conf=conf, s3a=s3a)
     launched = _launches_jvm()
     secrets = {key: value for key, value in settings.items() if launched and is_secret(key)}
-    for key, value in settings.items():
-        if key not in secrets:
-            builder = builder.config(key, value)
-    with secrets_file(secrets):
-        spark = builder.getOrCreate()
+    with ivy_settings_file(settings if launched else {}) as ivy:
+        for key, value in {**settings, **ivy}.items():
+            if key not in secrets:
+                builder = builder.config(key, value)
+        with secrets_file(secrets):
+            spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("RECON_SPARK_LOG_LEVEL", "WARN"))
     return spark
 
@@ -158,10 +163,12 @@ def delta_on_classpath(spark: SparkSession) -> bool:
 
 def spark_settings(master: str | None, *, s3: S3Settings | None = None,
                    jars_dir: str | os.PathLike | None = None, shuffle_partitions: int | None = None,
-                   conf: Mapping[str, str] | None = None) -> dict[str, str]:
+                   conf: Mapping[str, str] | None = None, s3a: bool = False) -> dict[str, str]:
     """Every setting ``build_spark`` makes for ``master``, ``conf`` over the builder's own."""
+    jars = _jar_settings(jars_dir, s3a=s3a, launches=not _launched_by_spark_submit(),
+                         engine_jar=packaged_engine_jar())
     settings = {**_engine_settings(), **_sized_settings(master, shuffle_partitions), **_batch_settings(),
-                **_loopback_settings(master), **_jar_settings(jars_dir),
+                **_loopback_settings(master), **jars,
                 **(s3a_conf(s3) if s3 is not None else {}), **(conf or {})}
     for key in JAVA_OPTIONS:
         settings[key] = with_thread_stack(settings.get(key, ""))
@@ -234,21 +241,71 @@ def _loopback_settings(master: str | None) -> dict[str, str]:
     return {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
 
 
-def _jar_settings(jars_dir: str | os.PathLike | None) -> dict[str, str]:
-    """The driver's and executors' classpath: ``spark_jars``, when there are any, and Delta's log on
-    ``s3a://`` written put-if-absent when the project's jar is among them."""
+def _jar_settings(jars_dir: str | os.PathLike | None, *, s3a: bool, launches: bool,
+                  engine_jar: Path | None) -> dict[str, str]:
+    """The driver's and executors' JVM jars, by the one rule of ``docs/contract.md``:
+
+    - a ``jars_dir`` that holds Spark jars (``spark_jars``) wins: its jars on the classpath;
+    - else, when this process starts the driver JVM (``launches``), Spark resolves Delta, the Kafka
+      source and, with ``s3a``, S3A from Maven (``spark.jars.packages``, cached by Ivy: only a first
+      run downloads), leaving out what pyspark ships (``maven.EXCLUDES``), and the installed
+      package's ``engine_jar`` goes on with ``spark.jars``;
+    - else (``spark-submit``, Databricks, EMR) the platform's jars, and nothing is added.
+
+    Delta's log on ``s3a://`` is written put-if-absent whenever the project's jar is on the classpath.
+    """
     jars = spark_jars(jars_dir)
-    if jars is None:
+    if jars is not None:
+        classpath = f"{Path(jars).resolve()}/*"
+        settings = {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
+        if (jars / PROJECT_JAR).is_file():
+            settings[S3A_LOG_STORE_KEY] = PUT_IF_ABSENT_LOG_STORE
+        return settings
+    if not launches:
         return {}
-    classpath = f"{Path(jars).resolve()}/*"
-    settings = {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
-    if (jars / PROJECT_JAR).is_file():
+    settings = {PACKAGES_KEY: ",".join(maven.packages(s3a)), EXCLUDES_KEY: ",".join(maven.EXCLUDES)}
+    if engine_jar is not None:
+        settings[JARS_KEY] = str(engine_jar)
         settings[S3A_LOG_STORE_KEY] = PUT_IF_ABSENT_LOG_STORE
     return settings
 
 
-# The project's jar (``make jars``): the JVM engine and the put-if-absent log store.
-PROJECT_JAR = "reconstructor-engine.jar"
+def uses_s3a(*locations: str | None) -> bool:
+    """Whether any of ``locations`` (the output, the checkpoint) is on ``s3a://``: only then does a
+    driver resolved from Maven need S3A (its AWS SDK bundle is about 700 MB)."""
+    return any(str(where).startswith("s3a://") for where in locations if where)
+
+
+#: Spark's settings of the Maven route (``_jar_settings``).
+PACKAGES_KEY = "spark.jars.packages"
+EXCLUDES_KEY = "spark.jars.excludes"
+IVY_SETTINGS_KEY = "spark.jars.ivySettings"
+JARS_KEY = "spark.jars"
+
+
+@contextlib.contextmanager
+def ivy_settings_file(settings: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """While the driver JVM starts with ``settings`` that resolve packages, Ivy settings whose one
+    resolver is Maven Central (``DEFAULT_ARTIFACT_REPOSITORY`` when set): the setting that names
+    them; ``{}`` when ``settings`` resolve nothing or name Ivy settings of their own.
+
+    Spark's default Ivy settings look in ``~/.m2`` first and take a module whose pom is there
+    without its jar (Maven keeps the poms of versions it did not pick) from there, which fails the
+    start; these leave ``~/.m2`` out.  ``spark.jars.repositories`` still adds repositories.
+    """
+    if PACKAGES_KEY not in settings or IVY_SETTINGS_KEY in settings:
+        yield {}
+        return
+    with tempfile.TemporaryDirectory(prefix="reconstructor-ivy-") as folder:
+        path = Path(folder) / "ivysettings.xml"
+        path.write_text(maven.ivy_settings(os.environ.get("DEFAULT_ARTIFACT_REPOSITORY") or maven.MAVEN_CENTRAL),
+                        encoding="utf-8")
+        yield {IVY_SETTINGS_KEY: str(path)}
+
+
+# The project's jar (``make jars``; the wheel carries it too): the JVM engine and the put-if-absent
+# log store.
+PROJECT_JAR = ENGINE_JAR
 # Delta's log store for ``s3a://`` tables.  Delta's default writes a commit file after checking that
 # it is absent, which keeps out committers in its own JVM only: of two drivers committing one
 # version, the later PUT replaces the earlier's commit.  This one writes it with ``If-None-Match: *``,

@@ -28,7 +28,7 @@ import os
 import shlex
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from reconstructor.spark.jvm_gateway import jvm_of
@@ -64,26 +64,73 @@ def driver_conf(conf: Mapping[str, str], verbose: bool) -> dict[str, str]:
     return merged
 
 
+class StartLines:
+    """The lines the driver JVM's launcher writes on stderr while it starts, recorded, and held
+    back from the terminal unless ``hold`` is false: Spark's report of resolving
+    ``spark.jars.packages`` (``jar_route``) is a page long, and names the one line worth printing
+    when the resolution fails.  ``release`` forwards what the caller keeps of the held lines, and
+    every later line as it comes."""
+
+    _MARK = b"\0reconstructor-start-lines\n"
+
+    def __init__(self, hold: bool = True):
+        self.lines: list[str] = []
+        self._hold = hold
+        self._recording = True
+        self._lock = threading.Lock()
+        self._terminal: int | None = None
+        self._marked = threading.Event()
+
+    def _take(self, line: bytes, terminal: int) -> None:
+        if line == self._MARK:
+            self._marked.set()
+            return
+        with self._lock:
+            self._terminal = terminal
+            if self._recording:
+                self.lines.append(line.decode("utf-8", "replace"))
+            if self._hold:
+                return
+        os.write(terminal, line)
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Until the forwarder has read every line written so far (a launcher that died wrote its
+        last ones just before): a mark written after them comes back."""
+        self._marked.clear()
+        os.write(2, self._MARK)
+        self._marked.wait(timeout)
+
+    def release(self, keep: Callable[[list[str]], list[str]] = lambda lines: lines) -> None:
+        """Stop recording and holding: forward ``keep(the lines held)``, and every later line."""
+        with self._lock:
+            held, self._hold, self._recording = self._hold, False, False
+            if held and self._terminal is not None:
+                for line in keep(self.lines):
+                    os.write(self._terminal, line.encode("utf-8"))
+
+
 @contextlib.contextmanager
-def jvm_output(verbose: bool) -> Iterator[None]:
+def jvm_output(verbose: bool, start: StartLines | None = None) -> Iterator[None]:
     """Around the start of the driver JVM (``build_spark``): the JVM inherits this process's
     stdout and stderr there, so for that moment they are the null device and a pipe that forwards
-    the JVM's stderr without its own notices.  Python's are put back afterwards.  With ``verbose``
-    the JVM writes to the terminal directly."""
-    if verbose:
+    the JVM's stderr without its own notices (and, with ``start``, records its lines there, held
+    until released).  Python's are put back afterwards.  With ``verbose`` the JVM writes to the
+    terminal directly, or through the pipe unfiltered and unheld when there is a ``start``."""
+    if verbose and start is None:
         yield
         return
     sys.stdout.flush()
     sys.stderr.flush()
     terminal = os.dup(2)  # the forwarder's, closed when the JVM's stderr ends
     read_end, write_end = os.pipe()
-    threading.Thread(target=_forward, args=(read_end, terminal), name="jvm-stderr",
+    threading.Thread(target=_forward, args=(read_end, terminal, not verbose, start), name="jvm-stderr",
                      daemon=True).start()
     saved_out, saved_err = os.dup(1), os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
+    if not verbose:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
     os.dup2(write_end, 2)
-    os.close(null)
     os.close(write_end)
     try:
         yield
@@ -96,10 +143,14 @@ def jvm_output(verbose: bool) -> Iterator[None]:
         os.close(saved_err)
 
 
-def _forward(read_end: int, terminal: int) -> None:
+def _forward(read_end: int, terminal: int, quiet: bool = True, start: StartLines | None = None) -> None:
     with open(read_end, "rb") as lines:
         for line in lines:
-            if not line.startswith(JVM_NOTICES):
+            if quiet and line.startswith(JVM_NOTICES):
+                continue
+            if start is not None:
+                start._take(line, terminal)
+            else:
                 os.write(terminal, line)
     os.close(terminal)
 

@@ -98,26 +98,39 @@ def test_run_names_the_output_it_cannot_create_its_tables_in(stack, run_id, tmp_
     assert "credentials" in line or "bucket no-such-bucket does not exist" in line
 
 
-def test_the_installed_cli_from_another_folder_without_jars_names_the_jars_folder(stack, tmp_path):
-    """Delta's classes missing from the driver's JVM (a bare install, a jars folder without jars)
-    end a command with exit 2 and one line naming ``jars_dir`` and ``make jars``, never a Py4J
-    error.  (With the jars, the installed CLI from another folder is the signals test's run.)"""
+def test_a_driver_that_has_no_jars_and_cannot_reach_maven_says_how_to_bring_them_in_one_line(stack, tmp_path):
+    """No jars folder, so the driver asks Spark to resolve Delta and the Kafka source from Maven
+    (``spark.jars.packages``); with Maven out of reach (an empty Ivy cache, and Ivy settings whose
+    one repository does not answer) the run ends with exit 2 and one line naming the first of Ivy's
+    errors and ``reconstructor jars``, never pyspark's ``JAVA_GATEWAY_EXITED`` nor Ivy's report."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
+    from reconstructor.jars import maven
+
+    (tmp_path / "ivy").mkdir()
+    (tmp_path / "ivysettings.xml").write_text(maven.ivy_settings("http://127.0.0.1:9/"))
+    (tmp_path / "offline.toml").write_text(
+        f'[spark]\n"spark.jars.ivy" = "{tmp_path / "ivy"}"\n"spark.jars.ivySettings" = "{tmp_path / "ivysettings.xml"}"\n')
     empty = tmp_path / "no-jars"
     empty.mkdir()
-    done = subprocess.run([str(Path(sys.executable).parent / "reconstructor"), "compact", "--output",
-                           str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    done = subprocess.run([str(Path(sys.executable).parent / "reconstructor"), "run", "--config", "offline.toml",
+                           "--bootstrap-servers", stack.bootstrap_servers(), "--topic-pattern", "offline-[0-9]+",
+                           "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "chk")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "RECON_JARS_DIR": str(empty)})
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "py4j" not in done.stderr.lower() and "Traceback" not in done.stderr, done.stderr[-2000:]
-    (line,) = [x for x in done.stderr.splitlines() if x.startswith("reconstructor:")]
-    assert line == (f"reconstructor: Delta's classes are not in Spark's JVM: the jars_dir {empty} holds no Spark "
-                    "jars (run 'make jars' in the checkout, or set jars_dir / RECON_JARS_DIR to the folder it "
-                    "fills; Databricks and EMR provide them)"), line
+    lines = [x for x in done.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0] == (
+        "reconstructor: could not resolve Delta and the Kafka source from Maven through spark.jars.packages "
+        "(Server access error at url http://127.0.0.1:9/io/delta/delta-spark_4.2_2.13/4.4.0/"
+        "delta-spark_4.2_2.13-4.4.0.pom (java.net.ConnectException: Connection refused)): on a machine that "
+        "reaches Maven Central run 'reconstructor jars DIR', bring DIR here, and set jars_dir / RECON_JARS_DIR "
+        "to DIR"), lines[0]
+    assert not (tmp_path / "out" / "row_changes").exists()
 
 
 def test_compact_on_an_output_with_no_tables_yet_says_so_and_exits_0(spark, tmp_path):

@@ -192,3 +192,75 @@ def test_the_emr_step_runs_under_spark_submit_into_s3(wheel_env, stack, spark, r
     sessions = {r["session"]: r["status"] for r in spark.read.format("delta").load(f"{out}/sessions").collect()}
     assert sessions == {p.session: "ended" for p in messages}
     assert spark.read.format("delta").load(f"{out}/current_rows").count() == 0
+
+
+def test_the_wheel_alone_runs_both_engines_with_the_jars_it_carries_and_resolves(wheel_env, stack, spark, run_id,
+                                                                                 tmp_path):
+    """A user who installed the wheel, and nothing else: no jars folder (``RECON_JARS_DIR`` an empty
+    folder, none in the working directory, none beside site-packages), no checkout on the path.  The
+    driver gets Delta and the Kafka source from Maven through ``spark.jars.packages`` (Ivy's cache:
+    only the machine's first run downloads them) and the engine jar from the wheel: a fleet run by
+    both engines into local outputs is exact, and ``verify``, ``check`` and ``state`` agree."""
+    wheel, bin_dir = wheel_env
+    assert f"reconstructor/jars/{ENGINE_JAR}" in zipfile.ZipFile(wheel).namelist()
+    cli = str(bin_dir / "reconstructor")
+    bootstrap = stack.bootstrap_servers()
+    prefix = f"mvn{run_id}-sensor-"
+    produced = produce("--bootstrap-servers", bootstrap, "--topic-prefix", prefix, "--sensors", "2",
+                       "--sessions", "1", "--rows", "20", "--updates", "30", "--no-end")
+    assert produced.returncode == 0, produced.stderr
+    messages = list(plan_fleet(FleetSpec(topic_prefix=prefix, sensors=2, sessions_per_sensor=1, rows=20,
+                                         updates=30, end_sessions=False, seed=7)))
+    expected = expected_all(messages, NAMES)
+    no_jars = {"RECON_JARS_DIR": str(tmp_path / "no-jars")}
+    (tmp_path / "no-jars").mkdir()
+    pattern = f"{prefix}[0-9]+"
+
+    for engine in ("python", "jvm"):
+        out, chk = str(tmp_path / f"out-{engine}"), str(tmp_path / f"chk-{engine}")
+        ran = _call(bin_dir, tmp_path, cli, "run", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern,
+                    "--output", out, "--checkpoint", chk, "--compact-every", "off", "--engine", engine,
+                    extra_env=no_jars)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        # Ivy's report of the resolution is not the user's to read (-v shows it).
+        assert ":: resolution report ::" not in ran.stderr and "found io.delta" not in ran.stderr, ran.stderr
+        assert read_checkpoint_file(spark, chk, ENGINE_FILE).strip() == engine
+        assert replayed_tables(spark, out, NAMES) == expected, engine
+        assert current_tables(spark, out, NAMES) == expected, engine
+        verified = _call(bin_dir, tmp_path, cli, "verify", "--output", out, extra_env=no_jars)
+        assert verified.returncode == 0, verified.stderr[-3000:]
+
+    checked = _call(bin_dir, tmp_path, cli, "check", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern,
+                    extra_env=no_jars)
+    assert checked.returncode == 0, checked.stderr[-3000:] + checked.stdout[-3000:]
+    (topic, session), rows = sorted(current_tables(spark, str(tmp_path / "out-jvm"), NAMES).items())[0]
+    shown = _call(bin_dir, tmp_path, cli, "state", "--checkpoint", str(tmp_path / "chk-jvm"), "--topic", topic,
+                  "--session", session, "--format", "json", extra_env=no_jars)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    state = json.loads(shown.stdout)
+    assert state["session"]["status"] == "open" and state["session"]["last_seq"] == 30
+    from_state = {r["row_id"]: r for r in state["rows"]}
+    assert set(from_state) == set(rows)
+    for rid, values in rows.items():
+        for c in ("temperature", "humidity", "status", "reading_count", "firmware", "active"):
+            if c in values:
+                assert from_state[rid][c] == values[c], (rid, c)
+
+
+def test_the_wheel_writes_delta_logs_on_s3a_put_if_absent(wheel_env, stack, spark, run_id, tmp_path):
+    """Whenever the engine jar is on the classpath, Delta's log on ``s3a://`` goes through its
+    put-if-absent log store: Delta names the store it picked for the scheme as it opens a table's
+    log there (the jars folder of the checkout here, as its S3A jars spare this test the download of
+    the AWS SDK)."""
+    _, bin_dir = wheel_env
+    out = f"s3a://{localstack.S3_BUCKET}/wheel-{run_id}/tables"
+    spark.range(3).write.format("delta").save(f"{out}/row_changes")
+    s3_env = {"RECON_S3_ENDPOINT": localstack.s3_endpoint(), "RECON_S3_REGION": localstack.S3_REGION,
+              "RECON_S3_ACCESS_KEY": localstack.S3_ACCESS_KEY, "RECON_S3_SECRET_KEY": localstack.S3_SECRET_KEY,
+              "RECON_S3_PATH_STYLE": "true", "RECON_SPARK_LOG_LEVEL": "INFO"}
+    compacted = _call(bin_dir, tmp_path, str(bin_dir / "reconstructor"), "compact", "-v", "--output", out,
+                      extra_env=s3_env)
+    assert compacted.returncode == 0, compacted.stderr[-3000:]
+    # Delta's line at INFO: "LogStore LogStoreAdapter(reconstructor.delta.PutIfAbsentLogStore) is used for scheme s3a"
+    assert re.search(r"LogStore \S*reconstructor\.delta\.PutIfAbsentLogStore\S* is used for scheme s3a\b",
+                     compacted.stderr), compacted.stderr[-3000:]
