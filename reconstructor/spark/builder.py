@@ -258,7 +258,7 @@ def _jar_settings(jars_dir: str | os.PathLike | None, *, s3a: bool, launches: bo
     if jars is not None:
         classpath = f"{Path(jars).resolve()}/*"
         settings = {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
-        if (jars / PROJECT_JAR).is_file():
+        if (jars / ENGINE_JAR).is_file():
             settings[S3A_LOG_STORE_KEY] = PUT_IF_ABSENT_LOG_STORE
         return settings
     if not launches:
@@ -303,9 +303,6 @@ def ivy_settings_file(settings: Mapping[str, str]) -> Iterator[dict[str, str]]:
         yield {IVY_SETTINGS_KEY: str(path)}
 
 
-# The project's jar (``make jars``; the wheel carries it too): the JVM engine and the put-if-absent
-# log store.
-PROJECT_JAR = ENGINE_JAR
 # Delta's log store for ``s3a://`` tables.  Delta's default writes a commit file after checking that
 # it is absent, which keeps out committers in its own JVM only: of two drivers committing one
 # version, the later PUT replaces the earlier's commit.  This one writes it with ``If-None-Match: *``,

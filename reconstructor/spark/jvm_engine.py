@@ -21,12 +21,11 @@ from reconstructor.contract.tables import STATE_DDL, records_ddl
 from reconstructor.core.step_spec import NO_START, StepSpec, StepStart
 from reconstructor.core.timestamps import RFC3339_PATTERN
 from reconstructor.errors import UsageError
-from reconstructor.spark.builder import PROJECT_JAR
+from reconstructor.jars import ENGINE_JAR
 from reconstructor.spark.jvm_gateway import jvm_of
 from reconstructor.spark.parse import TS_RANGE_TEXT, TS_RANGE_US
 
-#: The engine jar's file name in the Spark jars folder, and the version of it this code speaks to.
-ENGINE_JAR = PROJECT_JAR  # the engine ships in the project's jar
+#: The version of the engine jar this code speaks to.
 ENGINE_VERSION = "4"
 
 

@@ -23,8 +23,8 @@ from delta.tables import DeltaTable
 from reconstructor.contract.comments import TABLE_COMMENTS, column_comment
 from reconstructor.contract.row_schema import RowSchema
 from reconstructor.contract.tables import STATS_COLUMNS, STATS_PROPERTY, TABLES
+from reconstructor.jars import ENGINE_JAR
 from reconstructor.settings import StatefulEngine
-from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.pipeline import assert_exact, produce, read_table, run
 from workbench.fleet import FleetSpec, plan_fleet
 

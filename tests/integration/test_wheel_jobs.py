@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from reconstructor.contract.row_schema import RowSchema
+from reconstructor.jars import ENGINE_JAR
 from reconstructor.spark.builder import PUT_IF_ABSENT_LOG_STORE, S3A_LOG_STORE_KEY
 from reconstructor.spark.checkpoint import read_checkpoint_file
 from reconstructor.spark.engines import ENGINE_FILE
-from reconstructor.spark.jvm_engine import ENGINE_JAR
 from tests.support.cli import produce
 from tests.support.pipeline import current_tables, expected_all, replayed_tables
 from workbench import localstack

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from reconstructor.cli.parser import build_parser
-from reconstructor.spark.jvm_engine import ENGINE_JAR
+from reconstructor.jars import ENGINE_JAR
 
 ROOT = Path(__file__).resolve().parents[2]
 
