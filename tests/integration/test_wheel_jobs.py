@@ -233,9 +233,16 @@ def test_the_wheel_alone_runs_both_engines_with_the_jars_it_carries_and_resolves
     checked = _call(bin_dir, tmp_path, cli, "check", "--bootstrap-servers", bootstrap, "--topic-pattern", pattern,
                     extra_env=no_jars)
     assert checked.returncode == 0, checked.stderr[-3000:] + checked.stdout[-3000:]
+    # For a host that cannot reach Maven: `reconstructor jars DIR` writes what the route resolves
+    # into a jars folder, and a driver with that folder takes its jars from it.
+    filled = _call(bin_dir, tmp_path, cli, "jars", str(tmp_path / "filled"), extra_env=no_jars)
+    assert filled.returncode == 0, filled.stderr[-3000:]
+    names = {jar.name for jar in (tmp_path / "filled" / "spark").glob("*.jar")}
+    assert ENGINE_JAR in names and {"delta-spark_4.2_2.13-4.4.0.jar", "spark-sql-kafka-0-10_2.13-4.2.0.jar"} <= names
+    assert not [n for n in names if n.startswith(("hadoop-aws", "bundle-"))], names  # no S3A for local outputs
     (topic, session), rows = sorted(current_tables(spark, str(tmp_path / "out-jvm"), NAMES).items())[0]
     shown = _call(bin_dir, tmp_path, cli, "state", "--checkpoint", str(tmp_path / "chk-jvm"), "--topic", topic,
-                  "--session", session, "--format", "json", extra_env=no_jars)
+                  "--session", session, "--format", "json", extra_env={"RECON_JARS_DIR": str(tmp_path / "filled")})
     assert shown.returncode == 0, shown.stderr[-3000:]
     state = json.loads(shown.stdout)
     assert state["session"]["status"] == "open" and state["session"]["last_seq"] == 30
